@@ -1,0 +1,1 @@
+"""ragd services: embedder, store and gateway, plus what they share."""

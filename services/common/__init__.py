@@ -1,0 +1,1 @@
+"""Pieces every service shares: configuration, vector wire format, gRPC plumbing."""

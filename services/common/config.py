@@ -1,0 +1,68 @@
+"""Environment configuration: read once at startup into typed objects (prefix RAGD_)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+PREFIX = "RAGD_"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or malformed; the message names the variable."""
+
+
+class Env:
+    """Typed access to RAGD_* variables of one environment mapping."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = os.environ if environ is None else environ
+
+    def _raw(self, name: str) -> str | None:
+        value = self._environ.get(PREFIX + name)
+        return None if value is None or value.strip() == "" else value.strip()
+
+    def str(self, name: str, default: str) -> str:
+        value = self._raw(name)
+        return default if value is None else value
+
+    def optional(self, name: str) -> str | None:
+        return self._raw(name)
+
+    def int(self, name: str, default: int, *, minimum: int | None = None) -> int:
+        value = self._raw(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name} must be an integer, got {value!r}") from None
+        if minimum is not None and number < minimum:
+            raise ConfigError(f"{PREFIX}{name} must be at least {minimum}, got {number}")
+        return number
+
+    def float(self, name: str, default: float) -> float:
+        value = self._raw(name)
+        if value is None:
+            return default
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{PREFIX}{name} must be a number, got {value!r}") from None
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self._raw(name)
+        if value is None:
+            return default
+        lowered = value.lower()
+        if lowered in {"1", "true", "yes", "on"}:
+            return True
+        if lowered in {"0", "false", "no", "off"}:
+            return False
+        raise ConfigError(f"{PREFIX}{name} must be true or false, got {value!r}")
+
+    def list(self, name: str, default: list[str] | None = None) -> list[str]:
+        value = self._raw(name)
+        if value is None:
+            return list(default or [])
+        return [item.strip() for item in value.split(",") if item.strip()]
