@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Mapping
 
@@ -18,39 +19,41 @@ class Env:
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = os.environ if environ is None else environ
 
-    def _raw(self, name: str) -> str | None:
+    def _raw(self, name: builtins.str) -> builtins.str | None:
         value = self._environ.get(PREFIX + name)
         return None if value is None or value.strip() == "" else value.strip()
 
-    def str(self, name: str, default: str) -> str:
+    def str(self, name: builtins.str, default: builtins.str) -> builtins.str:
         value = self._raw(name)
         return default if value is None else value
 
-    def optional(self, name: str) -> str | None:
+    def optional(self, name: builtins.str) -> builtins.str | None:
         return self._raw(name)
 
-    def int(self, name: str, default: int, *, minimum: int | None = None) -> int:
+    def int(
+        self, name: builtins.str, default: builtins.int, *, minimum: builtins.int | None = None
+    ) -> builtins.int:
         value = self._raw(name)
         if value is None:
             return default
         try:
-            number = int(value)
+            number = builtins.int(value)
         except ValueError:
             raise ConfigError(f"{PREFIX}{name} must be an integer, got {value!r}") from None
         if minimum is not None and number < minimum:
             raise ConfigError(f"{PREFIX}{name} must be at least {minimum}, got {number}")
         return number
 
-    def float(self, name: str, default: float) -> float:
+    def float(self, name: builtins.str, default: builtins.float) -> builtins.float:
         value = self._raw(name)
         if value is None:
             return default
         try:
-            return float(value)
+            return builtins.float(value)
         except ValueError:
             raise ConfigError(f"{PREFIX}{name} must be a number, got {value!r}") from None
 
-    def bool(self, name: str, default: bool) -> bool:
+    def bool(self, name: builtins.str, default: builtins.bool) -> builtins.bool:
         value = self._raw(name)
         if value is None:
             return default
@@ -61,7 +64,9 @@ class Env:
             return False
         raise ConfigError(f"{PREFIX}{name} must be true or false, got {value!r}")
 
-    def list(self, name: str, default: list[str] | None = None) -> list[str]:
+    def list(
+        self, name: builtins.str, default: builtins.list[builtins.str] | None = None
+    ) -> builtins.list[builtins.str]:
         value = self._raw(name)
         if value is None:
             return list(default or [])

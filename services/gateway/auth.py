@@ -1,0 +1,39 @@
+"""Bearer API keys for /v1 routes; health and readiness stay open."""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from services.gateway.errors import ApiError
+
+
+class ApiKeyMiddleware:
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+        self.app = app
+        self.keys = [key.encode() for key in keys]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or not scope["path"].startswith("/v1"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        supplied = headers.get(b"authorization", b"")
+        scheme, _, token = supplied.partition(b" ")
+        if scheme.lower() == b"bearer" and any(
+            hmac.compare_digest(token.strip(), key) for key in self.keys
+        ):
+            await self.app(scope, receive, send)
+            return
+        message = (
+            "missing API key: send 'Authorization: Bearer <key>'"
+            if not supplied
+            else "invalid API key"
+        )
+        error = ApiError(401, message, code="invalid_api_key")
+        response = JSONResponse(
+            error.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"}
+        )
+        await response(scope, receive, send)

@@ -1,0 +1,45 @@
+"""Gateway configuration, read once from RAGD_* environment variables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.common.config import ConfigError, Env
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # gRPC targets: "host:port", "a:1,b:2" (several embedder replicas) or "dns:///name:port".
+    embedder_target: str = "127.0.0.1:50051"
+    store_target: str = "127.0.0.1:50052"
+    # Empty: no authentication. Otherwise every /v1 route needs "Authorization: Bearer <key>".
+    api_keys: tuple[str, ...] = ()
+    # Per-call gRPC deadlines, seconds.
+    embed_timeout: float = 60.0
+    store_timeout: float = 30.0
+    max_upload_bytes: int = 32 * 1024 * 1024
+    # Texts per Embed call when ingesting.
+    embed_batch_size: int = 32
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+        env = Env(environ)
+        config = cls(
+            host=env.str("HOST", cls.host),
+            port=env.int("PORT", cls.port, minimum=0),
+            embedder_target=env.str("EMBEDDER_TARGET", cls.embedder_target),
+            store_target=env.str("STORE_TARGET", cls.store_target),
+            api_keys=tuple(env.list("API_KEYS")),
+            embed_timeout=env.float("EMBED_TIMEOUT", cls.embed_timeout),
+            store_timeout=env.float("STORE_TIMEOUT", cls.store_timeout),
+            max_upload_bytes=env.int("MAX_UPLOAD_BYTES", cls.max_upload_bytes, minimum=1),
+            embed_batch_size=env.int("EMBED_BATCH_SIZE", cls.embed_batch_size, minimum=1),
+            log_level=env.str("LOG_LEVEL", cls.log_level),
+        )
+        if config.embed_timeout <= 0 or config.store_timeout <= 0:
+            raise ConfigError("RAGD_EMBED_TIMEOUT and RAGD_STORE_TIMEOUT must be positive")
+        return config

@@ -1,0 +1,1 @@
+"""HTTP routes: thin adapters from JSON to the core pipeline and the gRPC clients."""

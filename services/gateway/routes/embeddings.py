@@ -1,0 +1,104 @@
+"""POST /v1/embeddings and GET /v1/models."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from services.common.vectors import to_bytes
+from services.gateway.clients import ModelInfo
+from services.gateway.errors import ApiError, invalid
+from services.gateway.params import json_body, optional_str
+from services.gateway.state import services
+
+MAX_INPUTS = 2048
+_STARTED = int(time.time())
+
+
+def _inputs(body: dict[str, Any]) -> list[str]:
+    raw = body.get("input")
+    if raw is None:
+        raise invalid("'input' is required", param="input", code="missing_required_parameter")
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list):
+        raise invalid(
+            "'input' must be a string or an array of strings", param="input", code="invalid_type"
+        )
+    if not items:
+        raise invalid("'input' must not be an empty array", param="input")
+    if len(items) > MAX_INPUTS:
+        raise invalid(
+            f"'input' can have at most {MAX_INPUTS} items, got {len(items)}", param="input"
+        )
+    for index, item in enumerate(items):
+        if isinstance(item, int | list) and not isinstance(item, bool):
+            raise invalid(
+                "token-id inputs are not supported: this server's model has its own "
+                "tokenizer; send the text instead",
+                param="input",
+                code="unsupported_input",
+            )
+        if not isinstance(item, str):
+            raise invalid(f"'input[{index}]' must be a string", param="input", code="invalid_type")
+        if item == "":
+            raise invalid(
+                f"'input[{index}]' is an empty string; every input needs text", param="input"
+            )
+    return items
+
+
+def check_model(requested: str | None, served: ModelInfo) -> None:
+    if requested is not None and requested.lower() != served.name.lower():
+        raise ApiError(
+            404,
+            f"the model '{requested}' is not served here; this server embeds with "
+            f"'{served.name}' (see GET /v1/models)",
+            param="model",
+            code="model_not_found",
+        )
+
+
+async def embeddings(request: Request) -> JSONResponse:
+    deps = services(request)
+    body = await json_body(request)
+    texts = _inputs(body)
+    encoding = optional_str(body, "encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise invalid("'encoding_format' must be 'float' or 'base64'", param="encoding_format")
+    info = await deps.embedder.info()
+    check_model(optional_str(body, "model"), info)
+    dimensions = body.get("dimensions")
+    if dimensions is not None and dimensions != info.dimensions:
+        raise invalid(
+            f"'dimensions' must be {info.dimensions} for {info.name}: the model was not trained "
+            "to be shortened, so ragd does not truncate its vectors",
+            param="dimensions",
+        )
+    result = await deps.embedder.embed(texts)
+    data = []
+    for index, vector in enumerate(result.vectors):
+        embedding: Any = (
+            base64.b64encode(to_bytes(vector)).decode("ascii")
+            if encoding == "base64"
+            else vector.tolist()
+        )
+        data.append({"object": "embedding", "index": index, "embedding": embedding})
+    tokens = sum(result.token_counts)
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "model": result.model or info.name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+    )
+
+
+async def models(request: Request) -> JSONResponse:
+    info = await services(request).embedder.info()
+    model = {"id": info.name, "object": "model", "created": _STARTED, "owned_by": "ragd"}
+    return JSONResponse({"object": "list", "data": [model]})

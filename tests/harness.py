@@ -1,0 +1,50 @@
+"""Starting real stacks for tests: free loopback ports, a temp data dir, the real model."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.launcher import Stack
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_PATH = ROOT / "models" / "all-MiniLM-L6-v2.gguf"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
+    if not MODEL_PATH.exists():
+        pytest.fail(f"{MODEL_PATH} is missing: run `make model` (or `make test`, which does it)")
+    store, embedder = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    env = {
+        "RAGD_STORE_LISTEN": store,
+        "RAGD_STORE_TARGET": store,
+        "RAGD_EMBEDDER_LISTEN": embedder,
+        "RAGD_EMBEDDER_TARGET": embedder,
+        "RAGD_DB_PATH": str(data_dir / "ragd.db"),
+        "RAGD_MODEL_PATH": str(MODEL_PATH),
+        "RAGD_HOST": "127.0.0.1",
+        "RAGD_PORT": str(free_port()),
+        # Two services share the machine's two cores with the test process.
+        "RAGD_EMBEDDER_THREADS": "2",
+    }
+    env.update(overrides)
+    return env
+
+
+def started_stack(tmp: Path, **overrides: str) -> Iterator[Stack]:
+    stack = Stack(stack_env(tmp, **overrides), log_dir=tmp / "logs")
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()

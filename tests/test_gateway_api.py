@@ -1,0 +1,275 @@
+"""The REST API against the real stack: embeddings, vector stores, search, errors."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+
+def embed(client: httpx.Client, inputs: Any, **extra: Any) -> httpx.Response:
+    return client.post("/v1/embeddings", json={"input": inputs, **extra})
+
+
+def vectors(response: httpx.Response) -> np.ndarray:
+    assert response.status_code == 200, response.text
+    return np.array([item["embedding"] for item in response.json()["data"]], dtype=np.float32)
+
+
+def assert_error(response: httpx.Response, status: int, param: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+def test_health_and_ready(client: httpx.Client) -> None:
+    assert client.get("/health").json() == {"status": "ok"}
+    ready = client.get("/ready")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "embedder": "SERVING", "store": "SERVING"}
+
+
+def test_models_lists_the_served_model(client: httpx.Client) -> None:
+    body = client.get("/v1/models").json()
+    assert body["object"] == "list"
+    assert [m["id"] for m in body["data"]] == ["all-MiniLM-L6-v2"]
+
+
+def test_embeddings_shape_usage_and_norm(client: httpx.Client) -> None:
+    response = embed(client, ["first text", "second, longer text here"])
+    body = response.json()
+    assert body["object"] == "list"
+    assert body["model"] == "all-MiniLM-L6-v2"
+    assert [d["index"] for d in body["data"]] == [0, 1]
+    matrix = vectors(response)
+    assert matrix.shape == (2, 384)
+    np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
+    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 4
+
+
+def test_single_string_and_base64_match_float(client: httpx.Client) -> None:
+    floats = vectors(embed(client, "the same text"))
+    encoded = embed(client, "the same text", encoding_format="base64").json()
+    raw = base64.b64decode(encoded["data"][0]["embedding"])
+    np.testing.assert_allclose(np.frombuffer(raw, dtype="<f4"), floats[0], atol=1e-6)
+
+
+def test_semantic_ordering(client: httpx.Client) -> None:
+    query, close, far = vectors(
+        embed(
+            client,
+            [
+                "a cat sits on the mat",
+                "a kitten rests on a rug",
+                "quarterly bond yields rose sharply",
+            ],
+        )
+    )
+    assert query @ close > query @ far + 0.2
+
+
+def test_model_name_is_checked(client: httpx.Client) -> None:
+    assert embed(client, "x", model="all-minilm-l6-v2").status_code == 200
+    error = assert_error(embed(client, "x", model="text-embedding-3-small"), 404, "model")
+    assert "all-MiniLM-L6-v2" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": ""}, "input"),
+        ({"input": []}, "input"),
+        ({"input": ["ok", ""]}, "input"),
+        ({"input": [1, 2, 3]}, "input"),
+        ({"input": [[1, 2]]}, "input"),
+        ({"input": 5}, "input"),
+        ({}, "input"),
+        ({"input": ["x"] * 2049}, "input"),
+        ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+        ({"input": "x", "dimensions": 256}, "dimensions"),
+    ],
+)
+def test_bad_embedding_requests_are_400(
+    client: httpx.Client, body: dict[str, Any], param: str
+) -> None:
+    assert_error(client.post("/v1/embeddings", json=body), 400, param)
+
+
+def test_malformed_json_is_400(client: httpx.Client) -> None:
+    response = client.post(
+        "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert_error(response, 400)
+
+
+def test_over_long_input_is_400_with_counts(client: httpx.Client) -> None:
+    error = assert_error(embed(client, "word " * 600), 400)
+    assert "256" in error["message"]
+
+
+def test_unknown_route_is_404_in_openai_shape(client: httpx.Client) -> None:
+    assert_error(client.get("/v1/nothing-here"), 404)
+
+
+def create_store(client: httpx.Client, name: str = "test") -> dict[str, Any]:
+    response = client.post("/v1/vector_stores", json={"name": name, "metadata": {"k": "v"}})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def attach_text(client: httpx.Client, store_id: str, text: str, filename: str) -> dict[str, Any]:
+    response = client.post(
+        f"/v1/vector_stores/{store_id}/files", json={"text": text, "filename": filename}
+    )
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def search(client: httpx.Client, store_id: str, query: Any, **extra: Any) -> httpx.Response:
+    return client.post(f"/v1/vector_stores/{store_id}/search", json={"query": query, **extra})
+
+
+PASSAGES = {
+    "chimera.txt": "The chimera is a fire-breathing hybrid monster from Greek mythology, "
+    "with the body of a lion, a goat's head rising from its back and a serpent for a tail.",
+    "sourdough.txt": "Sourdough bread is leavened by a starter of wild yeast and lactic acid "
+    "bacteria; the dough ferments slowly, which gives the crumb its tangy flavour.",
+    "tides.txt": "Ocean tides are caused mainly by the Moon's gravity pulling on the Earth's "
+    "oceans, producing two high tides and two low tides roughly every day.",
+}
+
+
+def test_chimera_smoke(client: httpx.Client) -> None:
+    store = create_store(client, "chimera")
+    assert store["object"] == "vector_store"
+    assert store["metadata"] == {"k": "v"}
+    for filename, text in PASSAGES.items():
+        attached = attach_text(client, store["id"], text, filename)
+        assert attached["status"] == "completed"
+        assert attached["object"] == "vector_store.file"
+    queries = {
+        "which monster has a lion's body and a goat's head?": "chimera.txt",
+        "how is bread made to rise with wild yeast": "sourdough.txt",
+        "why does the sea level go up and down": "tides.txt",
+    }
+    for query, expected in queries.items():
+        page = search(client, store["id"], query, max_num_results=3).json()
+        assert page["object"] == "vector_store.search_results.page"
+        top = page["data"][0]
+        assert top["filename"] == expected, page
+        assert top["content"] == [{"type": "text", "text": PASSAGES[expected]}]
+        scores = [hit["score"] for hit in page["data"]]
+        assert scores == sorted(scores, reverse=True)
+        assert all(0.0 <= s <= 1.0 for s in scores)
+    fetched = client.get(f"/v1/vector_stores/{store['id']}").json()
+    assert fetched["file_counts"]["completed"] == 3
+    assert fetched["usage_bytes"] > 0
+
+
+def test_multipart_upload_and_score_threshold(client: httpx.Client) -> None:
+    store = create_store(client, "upload")
+    text = "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen."
+    response = client.post(
+        f"/v1/vector_stores/{store['id']}/files",
+        files={"file": ("plants.md", text.encode(), "text/markdown")},
+        data={"attributes": '{"topic": "biology", "year": 2024}'},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["attributes"] == {"topic": "biology", "year": 2024}
+    hits = search(client, store["id"], "how do plants make sugar").json()["data"]
+    assert hits[0]["filename"] == "plants.md"
+    assert hits[0]["attributes"] == {"topic": "biology", "year": 2024.0}
+    none = search(
+        client, store["id"], "how do plants make sugar", ranking_options={"score_threshold": 0.99}
+    ).json()
+    assert none["data"] == []
+
+
+def test_long_document_is_chunked_within_the_model_limit(client: httpx.Client) -> None:
+    store = create_store(client, "long")
+    paragraphs = [
+        f"Paragraph {i} talks about topic number {i}. " + "Filler words follow here. " * 20
+        for i in range(12)
+    ]
+    attached = attach_text(client, store["id"], "\n\n".join(paragraphs), "long.txt")
+    assert attached["chunk_count"] > 3
+    assert attached["chunking_strategy"]["static"]["max_chunk_size_tokens"] == 256
+
+
+def test_vector_store_list_get_delete(client: httpx.Client) -> None:
+    ids = [create_store(client, f"list-{i}")["id"] for i in range(3)]
+    page = client.get("/v1/vector_stores", params={"limit": 2}).json()
+    assert page["object"] == "list"
+    assert [s["id"] for s in page["data"]] == ids[::-1][:2]
+    assert page["has_more"] is True
+    rest = client.get("/v1/vector_stores", params={"limit": 100, "after": page["last_id"]})
+    assert ids[0] in [s["id"] for s in rest.json()["data"]]
+    deleted = client.delete(f"/v1/vector_stores/{ids[0]}").json()
+    assert deleted == {"id": ids[0], "object": "vector_store.deleted", "deleted": True}
+    assert_error(client.get(f"/v1/vector_stores/{ids[0]}"), 404)
+
+
+def test_unknown_store_is_404(client: httpx.Client) -> None:
+    assert_error(client.get("/v1/vector_stores/vs_missing"), 404)
+    assert_error(search(client, "vs_missing", "anything"), 404)
+    response = client.post(
+        "/v1/vector_stores/vs_missing/files", json={"text": "t", "filename": "a.txt"}
+    )
+    assert_error(response, 404)
+
+
+@pytest.mark.parametrize(
+    ("files", "code"),
+    [
+        ({"file": ("image.png", b"\x89PNG\r\n", "image/png")}, "unsupported_file"),
+        ({"file": ("latin1.txt", "caf\xe9".encode("latin-1"), "text/plain")}, "invalid_file"),
+        ({"file": ("empty.txt", b"   \n", "text/plain")}, "invalid_file"),
+    ],
+)
+def test_bad_files_are_400(client: httpx.Client, files: dict[str, Any], code: str) -> None:
+    store = create_store(client, "bad-files")
+    response = client.post(f"/v1/vector_stores/{store['id']}/files", files=files)
+    assert assert_error(response, 400, "file")["code"] == code
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": "x", "max_num_results": 0}, "max_num_results"),
+        ({"query": "x", "max_num_results": 51}, "max_num_results"),
+        ({"query": "x", "ranking_options": {"score_threshold": 2}}, "score_threshold"),
+    ],
+)
+def test_bad_search_requests_are_400(
+    client: httpx.Client, body: dict[str, Any], param: str
+) -> None:
+    store = create_store(client, "bad-search")
+    response = client.post(f"/v1/vector_stores/{store['id']}/search", json=body)
+    assert_error(response, 400, param)
+
+
+def test_static_chunk_size_above_the_model_limit_is_400(client: httpx.Client) -> None:
+    store = create_store(client, "static")
+    response = client.post(
+        f"/v1/vector_stores/{store['id']}/files",
+        json={
+            "text": "some text",
+            "filename": "a.txt",
+            "chunking_strategy": {
+                "type": "static",
+                "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 100},
+            },
+        },
+    )
+    error = assert_error(response, 400, "chunking_strategy")
+    assert "256" in error["message"]
