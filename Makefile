@@ -32,7 +32,7 @@ $(PB_STAMP): $(PROTOS) $(VENV)/.installed
 	touch $(PB_DIR)/__init__.py $@
 
 model: $(MODEL)
-$(MODEL): $(VENV)/.installed
+$(MODEL): $(VENV)/.installed services/embedder/convert.py services/embedder/checkpoint.py
 	$(VENV)/bin/ragd-model --out $(MODEL)
 
 run: setup
@@ -46,7 +46,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check services tests
 
 typecheck: setup
-	$(VENV)/bin/mypy services
+	$(VENV)/bin/mypy services tests
 
 clean:
 	rm -rf $(PB_DIR) .pytest_cache .mypy_cache .ruff_cache

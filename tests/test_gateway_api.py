@@ -21,7 +21,7 @@ def vectors(response: httpx.Response) -> np.ndarray:
 
 def assert_error(response: httpx.Response, status: int, param: str | None = None) -> dict[str, Any]:
     assert response.status_code == status, response.text
-    error = response.json()["error"]
+    error: dict[str, Any] = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["message"]
     if param is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -11,6 +12,14 @@ from services.launcher import Stack
 from tests.harness import started_stack
 
 KEY = "test-key-123"
+
+
+def wait_ready(client: httpx.Client, timeout: float = 15.0) -> None:
+    """The gateway reconnects to a restarted service within its reconnect backoff."""
+    deadline = time.monotonic() + timeout
+    while client.get("/ready").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/ready").text
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +60,7 @@ def test_embedder_down_gives_503_then_recovers(own_stack: Stack, authed: httpx.C
         assert ready.json()["store"] == "SERVING"
     finally:
         own_stack.start_service("embedder")
+    wait_ready(authed)
     assert authed.post("/v1/embeddings", json={"input": "hello"}).status_code == 200
 
 
@@ -62,4 +72,5 @@ def test_store_down_gives_503(own_stack: Stack, authed: httpx.Client) -> None:
         assert "store" in response.json()["error"]["message"]
     finally:
         own_stack.start_service("store")
+    wait_ready(authed)
     assert authed.post("/v1/vector_stores", json={"name": "x"}).status_code == 200

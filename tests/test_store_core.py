@@ -60,6 +60,16 @@ def table_names(path: Path) -> set[str]:
         conn.close()
 
 
+def vector_count(repo: Repository, collection_id: str) -> int:
+    """Rows in the collection's vec0 table, which the search join would otherwise hide."""
+    conn = open_database(repo.path)
+    try:
+        key = count(conn, "SELECT id FROM collections WHERE public_id = ?", collection_id)
+        return count(conn, f"SELECT count(*) FROM vec_{key}")
+    finally:
+        conn.close()
+
+
 def chunk_inputs(n: int, prefix: str = "chunk") -> list[ChunkInput]:
     return [ChunkInput(text=f"{prefix} {i} é", token_count=3) for i in range(n)]
 
@@ -283,6 +293,7 @@ def test_adding_a_file_again_replaces_its_chunks(
     )
     after = repo.get_collection(collection.id)
     assert (after.chunk_count, after.file_count, after.usage_bytes) == (2, 1, second.usage_bytes)
+    assert vector_count(repo, collection.id) == 2
     hits = repo.search(collection.id, unit_vectors(rng, 1, DIMS)[0], k=100)
     assert sorted(hit.text for hit in hits) == ["new 0 é", "new 1 é"]
     assert {(hit.filename, hit.attributes["v"]) for hit in hits} == {("new.txt", 2)}
@@ -314,8 +325,7 @@ def test_a_failing_add_leaves_nothing_behind(repo: Repository, rng: np.random.Ge
         assert count(conn, "SELECT count(*) FROM chunks") == 3
         assert count(conn, "SELECT count(*) FROM files") == 1
         assert count(conn, "SELECT count(*) FROM collection_files") == 1
-        key = count(conn, "SELECT id FROM collections WHERE public_id = ?", collection.id)
-        assert count(conn, f"SELECT count(*) FROM vec_{key}") == 3
+        assert vector_count(repo, collection.id) == 3
     finally:
         conn.close()
     assert repo.get_collection(collection.id) == before
@@ -481,3 +491,19 @@ def test_concurrent_searches_use_their_own_connections(
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert list(pool.map(nearest, range(200))) == list(range(200))
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (np.zeros(DIMS), "query vector is all zeros"),
+        (np.full(DIMS, np.nan), "query vectors must not contain NaN"),
+        (np.ones((2, DIMS)), "expected one query vector"),
+    ],
+)
+def test_search_rejects_unusable_query_vectors(
+    repo: Repository, query: np.ndarray, message: str
+) -> None:
+    collection = repo.create_collection("notes", MODEL, DIMS)
+    with pytest.raises(InvalidArgument, match=message):
+        repo.search(collection.id, query, k=1)

@@ -52,6 +52,10 @@ def open_channel(target: str) -> grpc.aio.Channel:
     options = [
         ("grpc.service_config", json.dumps(_SERVICE_CONFIG)),
         ("grpc.enable_retries", 1),
+        # A restarted service is reconnected within a couple of seconds, not gRPC's default
+        # backoff of up to two minutes.
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2000),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]

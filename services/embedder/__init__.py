@@ -1,0 +1,1 @@
+"""The embedder: a stateless gRPC wrapper around one GGUF sentence-embedding model."""

@@ -1,0 +1,65 @@
+"""The embedder's settings, read once at startup from RAGD_* environment variables.
+
+RAGD_EMBEDDER_LISTEN        host:port to serve on (default 127.0.0.1:50051; port 0 picks one).
+                            Containers set 0.0.0.0:50051.
+RAGD_MODEL_PATH             the GGUF file (default models/all-MiniLM-L6-v2.gguf, made by
+                            `make model`).
+RAGD_MODEL_NAME             the model name reported to clients (default: the GGUF's
+                            general.name).
+RAGD_EMBEDDER_THREADS       llama.cpp threads (default: all CPUs).
+RAGD_EMBEDDER_TRUNCATE      what to do with inputs over the model's limit when the request does
+                            not say: "reject" (default: like the OpenAI API, which answers 400)
+                            or "truncate" (keep the first tokens, as sentence-transformers does).
+RAGD_EMBEDDER_BATCH_TOKENS  most tokens per forward pass (default 512; at least the model's
+                            input limit, 256 for all-MiniLM-L6-v2).
+RAGD_EMBEDDER_BATCH_INPUTS  most inputs per forward pass (default 32).
+RAGD_LOG_LEVEL              default INFO.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.config import ConfigError, Env
+
+_POLICIES = ("reject", "truncate")
+
+
+@dataclass(frozen=True)
+class EmbedderConfig:
+    listen: str = "127.0.0.1:50051"
+    model_path: Path = Path("models/all-MiniLM-L6-v2.gguf")
+    model_name: str | None = None
+    threads: int = 2
+    # The policy for requests that leave it unspecified: True truncates, False rejects.
+    truncate: bool = False
+    batch_tokens: int = 512
+    batch_inputs: int = 32
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> EmbedderConfig:
+        """Reads the settings; a missing model file fails here, before anything starts."""
+        env = Env(environ)
+        policy = env.str("EMBEDDER_TRUNCATE", "reject").lower()
+        if policy not in _POLICIES:
+            raise ConfigError(f"RAGD_EMBEDDER_TRUNCATE must be reject or truncate, got {policy!r}")
+        config = cls(
+            listen=env.str("EMBEDDER_LISTEN", cls.listen),
+            model_path=Path(env.str("MODEL_PATH", str(cls.model_path))),
+            model_name=env.optional("MODEL_NAME"),
+            threads=env.int("EMBEDDER_THREADS", os.cpu_count() or cls.threads, minimum=1),
+            truncate=policy == "truncate",
+            batch_tokens=env.int("EMBEDDER_BATCH_TOKENS", cls.batch_tokens, minimum=1),
+            batch_inputs=env.int("EMBEDDER_BATCH_INPUTS", cls.batch_inputs, minimum=1),
+            log_level=env.str("LOG_LEVEL", cls.log_level),
+        )
+        if not config.model_path.is_file():
+            raise ConfigError(
+                f"model file {config.model_path} not found: run `make model` to create it, "
+                "or set RAGD_MODEL_PATH to a GGUF embedding model"
+            )
+        return config

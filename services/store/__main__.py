@@ -1,0 +1,5 @@
+"""`python -m services.store` runs the store service."""
+
+from services.store.server import main
+
+main()

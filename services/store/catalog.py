@@ -1,0 +1,162 @@
+"""Collections: create, look up, list with cursors, delete. Plain functions over a connection."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import apsw
+
+from services.store.db import atomic
+from services.store.errors import CollectionNotFound, InvalidArgument
+from services.store.records import Collection, Page
+
+# sqlite-vec's limit on a vector column.
+MAX_DIMENSIONS = 8192
+MAX_LIST_LIMIT = 100
+ID_PREFIX = "vs_"
+
+_COLUMNS = (
+    "id, public_id, name, created_at, last_active_at, metadata, model, dimensions, "
+    "chunk_count, file_count, usage_bytes"
+)
+
+
+def vec_table(key: int) -> str:
+    """The vec0 table of a collection, named from its integer key only (never from input)."""
+    if not isinstance(key, int) or isinstance(key, bool) or key <= 0:
+        raise ValueError(f"collection key must be a positive integer, got {key!r}")
+    return f"vec_{key:d}"
+
+
+def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
+    key, public_id, name, created, active, metadata, model, dims, chunks, files, usage = row
+    collection = Collection(
+        id=public_id,
+        name=name,
+        created_at=created,
+        last_active_at=active,
+        metadata=json.loads(metadata),
+        model=model,
+        dimensions=dims,
+        chunk_count=chunks,
+        file_count=files,
+        usage_bytes=usage,
+    )
+    return key, collection
+
+
+def lookup(conn: apsw.Connection, collection_id: str) -> tuple[int, Collection]:
+    """Returns the collection's integer key and record; raises CollectionNotFound."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM collections WHERE public_id = ?", (collection_id,)
+    ).fetchone()
+    if row is None:
+        raise CollectionNotFound(collection_id)
+    return _to_collection(row)
+
+
+def create(
+    conn: apsw.Connection,
+    *,
+    name: str,
+    model: str,
+    dimensions: int,
+    metadata: Mapping[str, str],
+    now: int,
+) -> Collection:
+    if not model:
+        raise InvalidArgument("model is required: name the embedding model the store will use")
+    if not 1 <= dimensions <= MAX_DIMENSIONS:
+        raise InvalidArgument(f"dimensions must be 1..{MAX_DIMENSIONS}, got {dimensions}")
+    public_id = ID_PREFIX + secrets.token_hex(12)
+    with atomic(conn):
+        conn.execute(
+            "INSERT INTO collections (public_id, name, metadata, model, dimensions, created_at,"
+            " last_active_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (public_id, name, json.dumps(dict(metadata)), model, dimensions, now, now),
+        )
+        key = conn.last_insert_rowid()
+        conn.execute(
+            f"CREATE VIRTUAL TABLE {vec_table(key)} "
+            f"USING vec0(embedding float[{dimensions:d}] distance_metric=cosine)"
+        )
+    return Collection(
+        id=public_id,
+        name=name,
+        created_at=now,
+        last_active_at=now,
+        metadata=dict(metadata),
+        model=model,
+        dimensions=dimensions,
+        chunk_count=0,
+        file_count=0,
+        usage_bytes=0,
+    )
+
+
+def list_page(
+    conn: apsw.Connection,
+    *,
+    limit: int,
+    order: str,
+    after: str | None,
+    before: str | None,
+) -> Page[Collection]:
+    """One page in creation order ("asc" oldest first, "desc" newest first).
+
+    `after` pages forward from a collection id (exclusive). `before` returns the `limit` items
+    immediately preceding it in the same order; there `has_more` means more items precede the
+    page. Both together bound the page on each side.
+    """
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidArgument(f"limit must be 1..{MAX_LIST_LIMIT}, got {limit}")
+    if order not in ("asc", "desc"):
+        raise InvalidArgument(f"order must be 'asc' or 'desc', got {order!r}")
+    ascending = order == "asc"
+    conditions: list[str] = []
+    params: list[int] = []
+    if after:
+        conditions.append("id > ?" if ascending else "id < ?")
+        params.append(_cursor_key(conn, after, "after"))
+    if before:
+        conditions.append("id < ?" if ascending else "id > ?")
+        params.append(_cursor_key(conn, before, "before"))
+    # With only `before`, walk backwards from the cursor and flip the page afterwards.
+    backwards = bool(before) and not after
+    sql_ascending = ascending != backwards
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    direction = "ASC" if sql_ascending else "DESC"
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM collections {where} ORDER BY id {direction} LIMIT ?",
+        (*params, limit + 1),
+    ).fetchall()
+    items = [_to_collection(row)[1] for row in rows[:limit]]
+    if backwards:
+        items.reverse()
+    return Page(items=items, has_more=len(rows) > limit)
+
+
+def _cursor_key(conn: apsw.Connection, cursor: str, name: str) -> int:
+    row = conn.execute("SELECT id FROM collections WHERE public_id = ?", (cursor,)).fetchone()
+    if row is None:
+        raise InvalidArgument(
+            f"{name} cursor {cursor!r} is not an existing vector store id (it may have been "
+            "deleted); list again without the cursor"
+        )
+    return int(row[0])
+
+
+def delete(conn: apsw.Connection, collection_id: str) -> None:
+    """Deletes the collection, its file memberships, chunks and vector table in one transaction.
+
+    Rows in `files` stay: files exist independently of the collections that index them.
+    """
+    with atomic(conn):
+        key, _ = lookup(conn, collection_id)
+        conn.execute("DELETE FROM chunks WHERE collection_id = ?", (key,))
+        conn.execute("DELETE FROM collection_files WHERE collection_id = ?", (key,))
+        conn.execute("DELETE FROM collections WHERE id = ?", (key,))
+        conn.execute(f"DROP TABLE {vec_table(key)}")

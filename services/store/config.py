@@ -1,0 +1,28 @@
+"""The store's settings, read once at startup from RAGD_* environment variables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.common.config import Env
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    # host:port to listen on; port 0 picks a free one.
+    listen: str = "127.0.0.1:50052"
+    db_path: Path = Path("data/ragd.db")
+    # Worker threads for database calls, each with its own connection.
+    threads: int = 4
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> StoreConfig:
+        env = env or Env()
+        return cls(
+            listen=env.str("STORE_LISTEN", cls.listen),
+            db_path=Path(env.str("DB_PATH", str(cls.db_path))),
+            threads=env.int("STORE_THREADS", cls.threads, minimum=1),
+            log_level=env.str("LOG_LEVEL", cls.log_level),
+        )

@@ -1,0 +1,88 @@
+"""Opening the SQLite database, transactions, and one connection per thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import apsw
+import sqlite_vec
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def open_database(path: str | Path) -> apsw.Connection:
+    """Opens (creating it and its directory if needed) the database with sqlite-vec loaded."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = apsw.Connection(str(path))
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        conn.enable_load_extension(False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        # Under WAL a commit acknowledged to the caller survives a process kill whatever this
+        # says; NORMAL only skips the fsync per commit, so a power loss may drop the last
+        # commits but never corrupts the database.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@contextmanager
+def atomic(conn: apsw.Connection, *, write: bool = True) -> Iterator[apsw.Connection]:
+    """Runs the block in one transaction: committed on success, rolled back on any exception.
+
+    Writers take the write lock up front (BEGIN IMMEDIATE), so two writers never deadlock
+    upgrading a read lock; readers (write=False) get one consistent snapshot for the block.
+    Transactions do not nest.
+    """
+    if conn.in_transaction:
+        raise RuntimeError("atomic() blocks do not nest")
+    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+class ThreadConnections:
+    """One connection per thread, opened on first use; `close()` closes them all."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._opened: list[apsw.Connection] = []
+        self._closed = False
+
+    def get(self) -> apsw.Connection:
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("the database has been closed")
+                conn = open_database(self.path)
+                self._opened.append(conn)
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            conn.close()

@@ -1,0 +1,124 @@
+"""Writing one file's chunks and their vectors into a collection, in one transaction."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+
+import apsw
+
+from services.common.vectors import FloatMatrix, to_bytes
+from services.store.catalog import lookup, vec_table
+from services.store.compat import check_compatible, check_vectors
+from services.store.db import atomic
+from services.store.errors import InvalidArgument
+from services.store.records import AddChunksResult, AttributeValue, ChunkInput
+
+# Bytes a float32 vector component occupies, counted into usage_bytes.
+_FLOAT_BYTES = 4
+
+
+def usage_bytes(texts: Sequence[str], dimensions: int) -> int:
+    """What a file costs a collection: UTF-8 text bytes plus 4 bytes per vector component."""
+    return sum(len(text.encode()) for text in texts) + _FLOAT_BYTES * dimensions * len(texts)
+
+
+def attributes_json(attributes: Mapping[str, AttributeValue]) -> str:
+    for key, value in attributes.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidArgument(f"attribute names must be non-empty strings, got {key!r}")
+        if isinstance(value, bool | str):
+            continue
+        if not isinstance(value, int | float) or not math.isfinite(value):
+            raise InvalidArgument(
+                f"attribute {key!r} must be a string, a finite number or a boolean, got {value!r}"
+            )
+    return json.dumps(dict(attributes), sort_keys=True)
+
+
+def add_chunks(
+    conn: apsw.Connection,
+    *,
+    collection_id: str,
+    file_id: str,
+    filename: str,
+    attributes: Mapping[str, AttributeValue],
+    chunks: Sequence[ChunkInput],
+    vectors: FloatMatrix,
+    model: str,
+    now: int,
+) -> AddChunksResult:
+    """Stores a file's chunks (vector i belongs to chunk i) and returns what was written.
+
+    Adding a file the collection already holds replaces its chunks, so a retried ingest is
+    harmless. Either everything is written or, on any error, nothing.
+    """
+    if not file_id:
+        raise InvalidArgument("file_id is required")
+    if not model:
+        raise InvalidArgument("model is required: name the model that produced the vectors")
+    if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
+        raise InvalidArgument(
+            f"expected one vector per chunk ({len(chunks)}), got an array of shape {vectors.shape}"
+        )
+    for index, chunk in enumerate(chunks):
+        if chunk.token_count < 0:
+            raise InvalidArgument(f"chunk {index} has a negative token_count")
+    check_vectors(vectors, "vector")
+    attrs = attributes_json(attributes)
+    texts = [chunk.text for chunk in chunks]
+    dimensions = int(vectors.shape[1])
+    usage = usage_bytes(texts, dimensions)
+
+    with atomic(conn):
+        key, collection = lookup(conn, collection_id)
+        check_compatible(collection, model, dimensions, query=False)
+        table = vec_table(key)
+        previous = conn.execute(
+            "SELECT chunk_count, usage_bytes FROM collection_files"
+            " WHERE collection_id = ? AND file_id = ?",
+            (key, file_id),
+        ).fetchone()
+        old_chunks, old_usage = previous if previous is not None else (0, 0)
+        if previous is not None:
+            old_ids = conn.execute(
+                "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id)
+            ).fetchall()
+            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", old_ids)
+            conn.execute(
+                "DELETE FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id)
+            )
+        conn.execute(
+            "INSERT INTO files (id, filename, created_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET filename = excluded.filename",
+            (file_id, filename, now),
+        )
+        conn.execute(
+            "INSERT INTO collection_files (collection_id, file_id, status, attributes,"
+            " chunk_count, usage_bytes, created_at) VALUES (?, ?, 'completed', ?, ?, ?, ?)"
+            " ON CONFLICT (collection_id, file_id) DO UPDATE SET status = excluded.status,"
+            " attributes = excluded.attributes, chunk_count = excluded.chunk_count,"
+            " usage_bytes = excluded.usage_bytes",
+            (key, file_id, attrs, len(chunks), usage, now),
+        )
+        conn.executemany(
+            "INSERT INTO chunks (collection_id, file_id, chunk_index, text, token_count)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [(key, file_id, i, chunk.text, chunk.token_count) for i, chunk in enumerate(chunks)],
+        )
+        ids = conn.execute(
+            "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
+            (key, file_id),
+        ).fetchall()
+        conn.executemany(
+            f"INSERT INTO {table} (rowid, embedding) VALUES (?, ?)",
+            [(row[0], to_bytes(vector)) for row, vector in zip(ids, vectors, strict=True)],
+        )
+        conn.execute(
+            "UPDATE collections SET chunk_count = chunk_count + ?, file_count = file_count + ?,"
+            " usage_bytes = usage_bytes + ?, last_active_at = max(last_active_at, ?)"
+            " WHERE id = ?",
+            (len(chunks) - old_chunks, 0 if previous else 1, usage - old_usage, now, key),
+        )
+    return AddChunksResult(file_id=file_id, chunk_count=len(chunks), usage_bytes=usage)

@@ -1,0 +1,106 @@
+"""K-nearest-neighbour search over one collection's vectors, with scores in [0, 1]."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import cast
+
+import apsw
+
+from services.common.vectors import FloatMatrix, to_bytes
+from services.store.catalog import lookup, vec_table
+from services.store.compat import check_compatible, check_vectors
+from services.store.db import atomic
+from services.store.errors import InvalidArgument
+from services.store.records import SearchHit
+
+# sqlite-vec's limit on k in a KNN query.
+MAX_K = 4096
+
+# The KNN runs first (materialized, so the planner cannot push joins into vec0), then the
+# hits pick up their text and source. Filtered search can restrict the KNN exactly with
+# `AND rowid IN (SELECT c.id FROM chunks AS c JOIN collection_files ... WHERE ...)`, which
+# sqlite-vec 0.1.9 applies during its brute-force scan.
+_SEARCH_SQL = """
+WITH knn AS MATERIALIZED (
+    SELECT rowid AS chunk_id, distance FROM {table} WHERE embedding MATCH ? AND k = ?
+)
+SELECT knn.chunk_id, knn.distance, c.file_id, c.chunk_index, c.text, f.filename, cf.attributes
+FROM knn
+JOIN chunks AS c ON c.id = knn.chunk_id
+JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
+JOIN files AS f ON f.id = c.file_id
+ORDER BY knn.distance, knn.chunk_id
+"""
+
+
+# chunk id, distance, file id, chunk index, text, filename, attributes JSON
+_HitRow = tuple[int, float, str, int, str, str, str]
+
+
+def score_from_distance(distance: float) -> float:
+    """Maps sqlite-vec's cosine distance d = 1 - cos(a, b), in [0, 2], to 1 - d / 2.
+
+    That is (1 + cos) / 2: 1 for the same direction, 0.5 for orthogonal, 0 for opposite.
+    Clamped to [0, 1] against float rounding.
+    """
+    return min(1.0, max(0.0, 1.0 - distance / 2.0))
+
+
+def chunk_public_id(key: int) -> str:
+    return f"chunk_{key:d}"
+
+
+def nearest(
+    conn: apsw.Connection,
+    *,
+    collection_id: str,
+    query: FloatMatrix,
+    k: int,
+    score_threshold: float,
+    model: str,
+    now: int,
+) -> list[SearchHit]:
+    """The k chunks nearest to `query` (1-D), best first, dropping those scoring below the
+    threshold. An empty `model` skips the model check."""
+    if not 1 <= k <= MAX_K:
+        raise InvalidArgument(f"k must be 1..{MAX_K}, got {k}")
+    if not (math.isfinite(score_threshold) and 0.0 <= score_threshold <= 1.0):
+        raise InvalidArgument(f"score_threshold must be 0..1, got {score_threshold}")
+    if query.ndim != 1:
+        raise InvalidArgument(f"expected one query vector, got an array of shape {query.shape}")
+    check_vectors(query.reshape(1, -1), "query vector")
+
+    with atomic(conn, write=False):
+        key, collection = lookup(conn, collection_id)
+        check_compatible(collection, model, int(query.shape[0]), query=True)
+        rows = conn.execute(
+            _SEARCH_SQL.format(table=vec_table(key)), (to_bytes(query), k)
+        ).fetchall()
+
+    hits = []
+    for row in rows:
+        chunk_key, distance, file_id, chunk_index, text, filename, attributes = cast(_HitRow, row)
+        score = score_from_distance(distance)
+        if score < score_threshold:
+            continue
+        hits.append(
+            SearchHit(
+                chunk_id=chunk_public_id(chunk_key),
+                file_id=file_id,
+                filename=filename,
+                text=text,
+                score=score,
+                chunk_index=chunk_index,
+                attributes=json.loads(attributes),
+            )
+        )
+    if collection.last_active_at < now:
+        # At most one write per collection per second, however many searches arrive.
+        with atomic(conn):
+            conn.execute(
+                "UPDATE collections SET last_active_at = ? WHERE id = ? AND last_active_at < ?",
+                (now, key, now),
+            )
+    return hits

@@ -1,0 +1,90 @@
+"""The store's gRPC server: `create_server(config)` for tests and embedding, `main()` to run."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from services.common.config import ConfigError
+from services.common.grpc_server import (
+    SERVER_OPTIONS,
+    add_health,
+    serve_until_signalled,
+    set_serving,
+    setup_logging,
+)
+from services.pb import store_pb2, store_pb2_grpc
+from services.store.config import StoreConfig
+from services.store.errors import DatabaseTooNew
+from services.store.repository import Repository
+from services.store.servicer import StoreServicer
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: str = store_pb2.DESCRIPTOR.services_by_name["Store"].full_name
+
+# Tasks that release a server's database and threads once it terminates (strong references).
+_releasers: set[asyncio.Task[None]] = set()
+
+
+async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
+    """Starts the store on config.listen and returns it with its bound port.
+
+    Health reports NOT_SERVING until the database is migrated, then SERVING; this returns once
+    SERVING. Stopping the server also shuts its worker threads and closes the database.
+    """
+    repository = Repository(config.db_path)
+    executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="store-db")
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(repository, executor), server)
+    health = add_health(server)
+    await set_serving(health, [SERVICE_NAME], False)
+    port: int = server.add_insecure_port(config.listen)
+    if port == 0:
+        raise RuntimeError(f"could not listen on {config.listen}")
+    await server.start()
+    releaser = asyncio.create_task(_release_when_terminated(server, repository, executor))
+    _releasers.add(releaser)
+    releaser.add_done_callback(_releasers.discard)
+    try:
+        version = await asyncio.get_running_loop().run_in_executor(executor, repository.migrate)
+    except BaseException:
+        await server.stop(None)
+        raise
+    log.info("database %s at schema version %d", repository.path, version)
+    await set_serving(health, [SERVICE_NAME], True)
+    return server, port
+
+
+async def _release_when_terminated(
+    server: grpc.aio.Server, repository: Repository, executor: ThreadPoolExecutor
+) -> None:
+    try:
+        await server.wait_for_termination()
+    finally:
+        # RPCs are over; let database calls already on the threads finish, then close.
+        executor.shutdown(wait=True)
+        repository.close()
+
+
+async def _serve(config: StoreConfig) -> None:
+    server, port = await create_server(config)
+    host = config.listen.rsplit(":", 1)[0]
+    log.info("store listening on %s:%d", host, port)
+    await serve_until_signalled(server)
+
+
+def main() -> None:
+    try:
+        config = StoreConfig.from_env()
+    except ConfigError as error:
+        raise SystemExit(f"ragd-store: {error}") from None
+    setup_logging(config.log_level)
+    try:
+        asyncio.run(_serve(config))
+    except DatabaseTooNew as error:
+        log.error("%s", error)
+        raise SystemExit(2) from None
