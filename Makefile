@@ -12,7 +12,7 @@ PB_STAMP := $(PB_DIR)/.stamp
 # llama.cpp's build uses every core it is given.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
-.PHONY: setup run test test-all lint typecheck protos model clean
+.PHONY: setup run test test-durability lint typecheck protos model clean
 
 setup: $(VENV)/.installed $(PB_STAMP) $(MODEL)
 
@@ -40,6 +40,10 @@ run: setup
 
 test: setup
 	$(VENV)/bin/pytest -q
+
+# The crash tests at full size: 200 files in the gateway-kill test.
+test-durability: setup
+	RAGD_TEST_FILES=200 $(VENV)/bin/pytest -q tests/test_ingest_durability.py
 
 lint: setup
 	$(VENV)/bin/ruff check services tests

@@ -8,12 +8,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import apsw
 import grpc
 import numpy as np
 import numpy.typing as npt
 
 from services.pb import store_pb2_grpc
 from services.store.config import StoreConfig
+from services.store.db import open_database
+from services.store.records import ChunkInput, ClaimedJob, CollectionFile, File
 from services.store.repository import Repository
 from services.store.server import create_server
 
@@ -60,3 +63,87 @@ async def running_store(db_path: Path) -> AsyncIterator[RunningStore]:
     finally:
         await server.stop(None)
         await server.wait_for_termination()
+
+
+def _scalar(conn: apsw.Connection, sql: str, *params: object) -> int:
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None
+    return int(row[0] or 0)
+
+
+def check_invariants(path: Path) -> None:
+    """What every committed state of the store must satisfy, whatever happened before.
+
+    Counters match the rows they count; chunks and vectors exist only for completed files;
+    exactly the in-progress files have one live job; foreign keys hold.
+    """
+    conn = open_database(path)
+    try:
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        collections = conn.execute(
+            "SELECT id, chunk_count, file_count, usage_bytes FROM collections"
+        ).fetchall()
+        for key, chunk_count, file_count, usage in collections:
+            where = "FROM collection_files WHERE collection_id = ?"
+            assert file_count == _scalar(conn, f"SELECT count(*) {where}", key)
+            completed = f"{where} AND status = 'completed'"
+            assert chunk_count == _scalar(conn, f"SELECT sum(chunk_count) {completed}", key)
+            assert usage == _scalar(conn, f"SELECT sum(usage_bytes) {completed}", key)
+            chunks = _scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
+            assert chunks == chunk_count
+            assert _scalar(conn, f"SELECT count(*) FROM vec_{key:d}") == chunks
+        assert (
+            conn.execute(
+                "SELECT c.id FROM chunks AS c JOIN collection_files AS cf"
+                " ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id"
+                " WHERE cf.status <> 'completed'"
+            ).fetchall()
+            == []
+        )
+        assert (
+            conn.execute(
+                "SELECT file_id FROM collection_files"
+                " WHERE status <> 'completed' AND (chunk_count <> 0 OR usage_bytes <> 0)"
+            ).fetchall()
+            == []
+        )
+        assert (
+            conn.execute(
+                "SELECT file_id FROM collection_files"
+                " WHERE status <> 'failed' AND (last_error_code <> '' OR last_error_message <> '')"
+            ).fetchall()
+            == []
+        )
+        live_jobs = (
+            "(SELECT count(*) FROM jobs AS j WHERE j.collection_id = cf.collection_id"
+            " AND j.file_id = cf.file_id AND j.state <> 'done')"
+        )
+        assert (
+            conn.execute(
+                f"SELECT cf.file_id, cf.status, {live_jobs} FROM collection_files AS cf"
+                f" WHERE {live_jobs} <> (cf.status = 'in_progress')"
+            ).fetchall()
+            == []
+        )
+    finally:
+        conn.close()
+
+
+def upload(repo: Repository, content: bytes | str = b"hello", filename: str = "a.txt") -> File:
+    data = content.encode() if isinstance(content, str) else content
+    return repo.create_file(filename, "assistants", data)
+
+
+def claim_one(repo: Repository, worker: str = "w1", lease_seconds: int = 60) -> ClaimedJob:
+    claimed = repo.claim_jobs(worker, max_jobs=1, lease_seconds=lease_seconds)
+    assert len(claimed) == 1, claimed
+    return claimed[0]
+
+
+def finish(
+    repo: Repository, job: ClaimedJob, worker: str = "w1", chunks: int = 2, seed: int = 0
+) -> CollectionFile:
+    """Completes a claimed job with `chunks` chunks named after its file, and random vectors."""
+    inputs = [ChunkInput(f"{job.file_id} chunk {i}", token_count=3) for i in range(chunks)]
+    vectors = unit_vectors(np.random.default_rng(seed), chunks, job.dimensions)
+    return repo.complete_job(job.job_id, worker, inputs, vectors, job.model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import httpx
@@ -125,13 +126,26 @@ def create_store(client: httpx.Client, name: str = "test") -> dict[str, Any]:
     return body
 
 
+def wait_file(
+    client: httpx.Client, store_id: str, file_id: str, timeout: float = 60.0
+) -> dict[str, Any]:
+    """Polls a vector store file until ingestion has finished, one way or another."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body: dict[str, Any] = client.get(f"/v1/vector_stores/{store_id}/files/{file_id}").json()
+        if body["status"] != "in_progress":
+            return body
+        assert time.monotonic() < deadline, body
+        time.sleep(0.05)
+
+
 def attach_text(client: httpx.Client, store_id: str, text: str, filename: str) -> dict[str, Any]:
     response = client.post(
         f"/v1/vector_stores/{store_id}/files", json={"text": text, "filename": filename}
     )
     assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
+    assert response.json()["status"] in ("in_progress", "completed")
+    return wait_file(client, store_id, response.json()["id"])
 
 
 def search(client: httpx.Client, store_id: str, query: Any, **extra: Any) -> httpx.Response:
@@ -185,9 +199,10 @@ def test_multipart_upload_and_score_threshold(client: httpx.Client) -> None:
     )
     assert response.status_code == 200, response.text
     assert response.json()["attributes"] == {"topic": "biology", "year": 2024}
+    assert wait_file(client, store["id"], response.json()["id"])["status"] == "completed"
     hits = search(client, store["id"], "how do plants make sugar").json()["data"]
     assert hits[0]["filename"] == "plants.md"
-    assert hits[0]["attributes"] == {"topic": "biology", "year": 2024.0}
+    assert hits[0]["attributes"] == {"topic": "biology", "year": 2024}
     none = search(
         client, store["id"], "how do plants make sugar", ranking_options={"score_threshold": 0.99}
     ).json()
@@ -201,8 +216,15 @@ def test_long_document_is_chunked_within_the_model_limit(client: httpx.Client) -
         for i in range(12)
     ]
     attached = attach_text(client, store["id"], "\n\n".join(paragraphs), "long.txt")
-    assert attached["chunk_count"] > 3
+    assert attached["status"] == "completed"
     assert attached["chunking_strategy"]["static"]["max_chunk_size_tokens"] == 256
+    content = client.get(f"/v1/vector_stores/{store['id']}/files/{attached['id']}/content")
+    chunks = [item["text"] for item in content.json()["data"]]
+    assert len(chunks) > 3
+    # Every paragraph is indexed, and each chunk fits the model (256 tokens incl. specials).
+    assert all(f"Paragraph {i} " in " ".join(chunks) for i in range(12))
+    # The embeddings route rejects inputs over 256 tokens, so a 200 proves every chunk fits.
+    assert embed(client, chunks).status_code == 200
 
 
 def test_vector_store_list_get_delete(client: httpx.Client) -> None:
@@ -227,18 +249,36 @@ def test_unknown_store_is_404(client: httpx.Client) -> None:
     assert_error(response, 404)
 
 
+def test_unsupported_upload_is_400(client: httpx.Client) -> None:
+    store = create_store(client, "bad-files")
+    files = {"file": ("image.png", b"\x89PNG\r\n", "image/png")}
+    response = client.post(f"/v1/vector_stores/{store['id']}/files", files=files)
+    assert assert_error(response, 400, "file")["code"] == "unsupported_file"
+
+
 @pytest.mark.parametrize(
-    ("files", "code"),
+    ("filename", "content", "message"),
     [
-        ({"file": ("image.png", b"\x89PNG\r\n", "image/png")}, "unsupported_file"),
-        ({"file": ("latin1.txt", "caf\xe9".encode("latin-1"), "text/plain")}, "invalid_file"),
-        ({"file": ("empty.txt", b"   \n", "text/plain")}, "invalid_file"),
+        ("latin1.txt", "caf\xe9".encode("latin-1"), "not UTF-8"),
+        ("empty.txt", b"   \n", "no text"),
+        ("broken.json", b"{not json", "not valid JSON"),
+        ("fake.pdf", b"%PDF-1.4 garbage", "PDF"),
     ],
 )
-def test_bad_files_are_400(client: httpx.Client, files: dict[str, Any], code: str) -> None:
+def test_unreadable_files_fail_with_invalid_file(
+    client: httpx.Client, filename: str, content: bytes, message: str
+) -> None:
     store = create_store(client, "bad-files")
-    response = client.post(f"/v1/vector_stores/{store['id']}/files", files=files)
-    assert assert_error(response, 400, "file")["code"] == code
+    response = client.post(
+        f"/v1/vector_stores/{store['id']}/files", files={"file": (filename, content)}
+    )
+    assert response.status_code == 200, response.text
+    failed = wait_file(client, store["id"], response.json()["id"])
+    assert failed["status"] == "failed"
+    assert failed["last_error"]["code"] == "invalid_file"
+    assert message in failed["last_error"]["message"]
+    counts = client.get(f"/v1/vector_stores/{store['id']}").json()["file_counts"]
+    assert counts["failed"] == 1
 
 
 @pytest.mark.parametrize(

@@ -270,22 +270,27 @@ def test_create_server_refuses_a_newer_database(tmp_path: Path) -> None:
 
 
 def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> str:
-    """Reads the child's output until a line contains `marker`; returns everything read."""
+    """Reads the child's output until a whole line contains `marker`; returns everything read.
+
+    Reads the pipe's descriptor directly: a buffered readline could pull several lines into
+    Python's buffer while the selector waits on the (now empty) descriptor.
+    """
     assert process.stdout is not None
-    seen: list[str] = []
+    fd = process.stdout.fileno()
+    seen = ""
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
+        selector.register(fd, selectors.EVENT_READ)
         while time.monotonic() < deadline:
             if not selector.select(timeout=deadline - time.monotonic()):
                 break
-            line = process.stdout.readline()
-            if not line:
+            data = os.read(fd, 65536)
+            if not data:
                 break
-            seen.append(line)
-            if marker in line:
-                return "".join(seen)
-    raise AssertionError(f"no line with {marker!r} within {timeout}s:\n{''.join(seen)}")
+            seen += data.decode(errors="replace")
+            if marker in seen and "\n" in seen[seen.index(marker) :]:
+                return seen
+    raise AssertionError(f"no line with {marker!r} within {timeout}s:\n{seen}")
 
 
 def _spawn_store(db_path: Path) -> subprocess.Popen[str]:

@@ -1,4 +1,4 @@
-"""The Starlette application: routes as data, channels in lifespan state."""
+"""The Starlette application: routes as data, channels and workers in lifespan state."""
 
 from __future__ import annotations
 
@@ -10,23 +10,50 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from services.gateway.auth import ApiKeyMiddleware
-from services.gateway.clients import EmbedderClient, StoreClient, open_channel
+from services.gateway.clients import EmbedderClient, open_channel
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import EXCEPTION_HANDLERS
-from services.gateway.routes import embeddings, health, vector_stores
+from services.gateway.openapi import openapi
+from services.gateway.routes import (
+    embeddings,
+    file_batches,
+    files,
+    health,
+    vector_store_files,
+    vector_stores,
+)
 from services.gateway.state import Services
+from services.gateway.store_client import StoreClient
+from services.gateway.worker import IngestWorkers, WorkerSettings
 
+VS = "/v1/vector_stores/{store_id}"
 ROUTES = [
     Route("/health", health.health, methods=["GET"]),
     Route("/ready", health.ready, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
     Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
     Route("/v1/models", embeddings.models, methods=["GET"]),
+    Route("/v1/files", files.create_file, methods=["POST"]),
+    Route("/v1/files", files.list_files, methods=["GET"]),
+    Route("/v1/files/{file_id}", files.get_file, methods=["GET"]),
+    Route("/v1/files/{file_id}", files.delete_file, methods=["DELETE"]),
+    Route("/v1/files/{file_id}/content", files.file_content, methods=["GET"]),
     Route("/v1/vector_stores", vector_stores.create_vector_store, methods=["POST"]),
     Route("/v1/vector_stores", vector_stores.list_vector_stores, methods=["GET"]),
-    Route("/v1/vector_stores/{store_id}", vector_stores.get_vector_store, methods=["GET"]),
-    Route("/v1/vector_stores/{store_id}", vector_stores.delete_vector_store, methods=["DELETE"]),
-    Route("/v1/vector_stores/{store_id}/files", vector_stores.attach_file, methods=["POST"]),
-    Route("/v1/vector_stores/{store_id}/search", vector_stores.search, methods=["POST"]),
+    Route(VS, vector_stores.get_vector_store, methods=["GET"]),
+    Route(VS, vector_stores.update_vector_store, methods=["POST"]),
+    Route(VS, vector_stores.delete_vector_store, methods=["DELETE"]),
+    Route(VS + "/search", vector_stores.search, methods=["POST"]),
+    Route(VS + "/files", vector_store_files.attach_file, methods=["POST"]),
+    Route(VS + "/files", vector_store_files.list_files, methods=["GET"]),
+    Route(VS + "/files/{file_id}", vector_store_files.get_file, methods=["GET"]),
+    Route(VS + "/files/{file_id}", vector_store_files.update_file, methods=["POST"]),
+    Route(VS + "/files/{file_id}", vector_store_files.delete_file, methods=["DELETE"]),
+    Route(VS + "/files/{file_id}/content", vector_store_files.file_content, methods=["GET"]),
+    Route(VS + "/file_batches", file_batches.create_batch, methods=["POST"]),
+    Route(VS + "/file_batches/{batch_id}", file_batches.get_batch, methods=["GET"]),
+    Route(VS + "/file_batches/{batch_id}/cancel", file_batches.cancel_batch, methods=["POST"]),
+    Route(VS + "/file_batches/{batch_id}/files", vector_store_files.list_files, methods=["GET"]),
 ]
 
 
@@ -35,15 +62,23 @@ def create_app(config: GatewayConfig) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
         embedder_channel = open_channel(config.embedder_target)
         store_channel = open_channel(config.store_target)
+        embedder = EmbedderClient(embedder_channel, config.embed_timeout)
+        store = StoreClient(store_channel, config.store_timeout)
+        workers = IngestWorkers(
+            embedder,
+            store,
+            WorkerSettings(
+                workers=config.ingest_workers,
+                lease_seconds=config.ingest_lease_seconds,
+                poll_seconds=config.ingest_poll_seconds,
+                batch_size=config.embed_batch_size,
+            ),
+        )
+        workers.start()
         try:
-            yield {
-                "services": Services(
-                    config=config,
-                    embedder=EmbedderClient(embedder_channel, config.embed_timeout),
-                    store=StoreClient(store_channel, config.store_timeout),
-                )
-            }
+            yield {"services": Services(config, embedder, store, workers)}
         finally:
+            await workers.stop()
             await embedder_channel.close()
             await store_channel.close()
 

@@ -23,6 +23,12 @@ class GatewayConfig:
     max_upload_bytes: int = 32 * 1024 * 1024
     # Texts per Embed call when ingesting.
     embed_batch_size: int = 32
+    # Concurrent ingest workers in this process (0: this gateway only serves requests).
+    ingest_workers: int = 2
+    # How long a claimed ingest job stays with its worker without a renewal.
+    ingest_lease_seconds: int = 60
+    # How often idle workers look for jobs attached through other gateways.
+    ingest_poll_seconds: float = 1.0
     log_level: str = "INFO"
 
     @classmethod
@@ -38,6 +44,11 @@ class GatewayConfig:
             store_timeout=env.float("STORE_TIMEOUT", cls.store_timeout),
             max_upload_bytes=env.int("MAX_UPLOAD_BYTES", cls.max_upload_bytes, minimum=1),
             embed_batch_size=env.int("EMBED_BATCH_SIZE", cls.embed_batch_size, minimum=1),
+            ingest_workers=env.int("INGEST_WORKERS", cls.ingest_workers, minimum=0),
+            ingest_lease_seconds=env.int(
+                "INGEST_LEASE_SECONDS", cls.ingest_lease_seconds, minimum=5
+            ),
+            ingest_poll_seconds=env.float("INGEST_POLL_SECONDS", cls.ingest_poll_seconds),
             log_level=env.str("LOG_LEVEL", cls.log_level),
         )
         if config.embed_timeout <= 0 or config.store_timeout <= 0:

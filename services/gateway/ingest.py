@@ -1,4 +1,4 @@
-"""The ingestion pipeline: text -> chunks -> vectors -> store. Plain asyncio, no web framework."""
+"""The ingestion pipeline: chunking strategy, text -> chunks -> vectors. No web framework."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from services.gateway.chunking import Chunk, chunk_text
-from services.gateway.clients import EmbedderClient, ModelInfo, StoreClient
+from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.errors import invalid
 
 # OpenAI's "auto" strategy is 800 tokens with 400 overlap; a model whose context is smaller
@@ -73,6 +73,14 @@ def resolve_chunking(
     return ChunkingStrategy(size, overlap, "static")
 
 
+def strategy_from_json(raw: Any) -> ChunkingStrategy:
+    """A strategy recorded by resolve_chunking (always static, with sizes) read back."""
+    static = raw["static"]
+    return ChunkingStrategy(
+        static["max_chunk_size_tokens"], static["chunk_overlap_tokens"], raw.get("type", "static")
+    )
+
+
 async def chunk(embedder: EmbedderClient, text: str, strategy: ChunkingStrategy) -> list[Chunk]:
     """Chunks text with real model token counts, asking the embedder from a worker thread."""
     loop = asyncio.get_running_loop()
@@ -98,36 +106,3 @@ async def embed_chunks(
         batch = [c.text for c in chunks[start : start + batch_size]]
         parts.append((await embedder.embed(batch, truncate=False)).vectors)
     return np.vstack(parts)
-
-
-@dataclass(frozen=True)
-class IngestResult:
-    chunk_count: int
-    usage_bytes: int
-
-
-async def ingest_text(
-    embedder: EmbedderClient,
-    store: StoreClient,
-    *,
-    collection_id: str,
-    file_id: str,
-    filename: str,
-    text: str,
-    attributes: dict[str, str | float | bool],
-    strategy: ChunkingStrategy,
-    batch_size: int,
-) -> IngestResult:
-    info = await embedder.info()
-    chunks = await chunk(embedder, text, strategy)
-    vectors = await embed_chunks(embedder, chunks, batch_size)
-    reply = await store.add_chunks(
-        collection_id,
-        file_id,
-        filename,
-        attributes,
-        [(c.text, c.tokens) for c in chunks],
-        vectors,
-        info.name,
-    )
-    return IngestResult(chunk_count=reply.chunk_count, usage_bytes=reply.usage_bytes)

@@ -8,6 +8,9 @@ import json
 from html.parser import HTMLParser
 from pathlib import PurePath
 
+from pypdf import PdfReader
+from pypdf.errors import PdfReadError as PdfError
+
 
 class UnsupportedFile(ValueError):
     """The file type is not one ragd can extract text from."""
@@ -18,16 +21,24 @@ class InvalidFile(ValueError):
 
 
 TEXT_TYPES = {"", ".txt", ".md", ".markdown", ".rst", ".text", ".log"}
-SUPPORTED = sorted(TEXT_TYPES - {""} | {".html", ".htm", ".json", ".csv"})
+SUPPORTED = sorted(TEXT_TYPES - {""} | {".html", ".htm", ".json", ".csv", ".pdf"})
 
 
-def extract_text(filename: str, data: bytes) -> str:
+def check_supported(filename: str) -> str:
+    """The file's type (its suffix), or UnsupportedFile naming the types that are."""
     suffix = PurePath(filename).suffix.lower()
-    if suffix not in TEXT_TYPES and suffix not in {".html", ".htm", ".json", ".csv"}:
+    if suffix not in TEXT_TYPES and suffix not in {".html", ".htm", ".json", ".csv", ".pdf"}:
         raise UnsupportedFile(
             f"'{filename}': files of type '{suffix}' are not supported; "
             f"supported types: {', '.join(SUPPORTED)}"
         )
+    return suffix
+
+
+def extract_text(filename: str, data: bytes) -> str:
+    suffix = check_supported(filename)
+    if suffix == ".pdf":
+        return _pdf_text(filename, data)
     text = _decode(filename, data)
     if suffix in {".html", ".htm"}:
         text = _html_text(text)
@@ -107,3 +118,15 @@ def _csv_text(text: str) -> str:
     # One line per row, "column: value" pairs, so each chunk carries its column names.
     lines = ["; ".join(f"{h}: {v}" for h, v in zip(header, row, strict=False)) for row in body]
     return "\n\n".join(lines)
+
+
+def _pdf_text(filename: str, data: bytes) -> str:
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except PdfError as error:
+        raise InvalidFile(f"'{filename}' is not a readable PDF: {error}") from None
+    text = "\n\n".join(page.strip() for page in pages if page.strip())
+    if not text:
+        raise InvalidFile(f"'{filename}' has no extractable text (a scanned PDF needs OCR first)")
+    return text

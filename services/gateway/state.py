@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from services.gateway.clients import EmbedderClient, StoreClient
+from services.gateway.clients import EmbedderClient
 from services.gateway.config import GatewayConfig
+from services.gateway.store_client import StoreClient
+from services.gateway.worker import IngestWorkers
 
 
 @dataclass
@@ -15,6 +17,7 @@ class Services:
     config: GatewayConfig
     embedder: EmbedderClient
     store: StoreClient
+    workers: IngestWorkers
 
 
 def services(request: Request) -> Services:

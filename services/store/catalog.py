@@ -11,16 +11,25 @@ import apsw
 
 from services.store.db import atomic
 from services.store.errors import CollectionNotFound, InvalidArgument
-from services.store.records import Collection, Page
+from services.store.records import Collection, FileCounts, Page
 
 # sqlite-vec's limit on a vector column.
 MAX_DIMENSIONS = 8192
 MAX_LIST_LIMIT = 100
 ID_PREFIX = "vs_"
 
+EXPIRES_ANCHOR = "last_active_at"
+MAX_EXPIRES_DAYS = 365
+_DAY_SECONDS = 86400
+
 _COLUMNS = (
     "id, public_id, name, created_at, last_active_at, metadata, model, dimensions, "
-    "chunk_count, file_count, usage_bytes"
+    "chunk_count, file_count, usage_bytes, expires_anchor, expires_days, "
+    + ", ".join(
+        "(SELECT count(*) FROM collection_files AS cf"
+        f" WHERE cf.collection_id = collections.id AND cf.status = '{status}')"
+        for status in ("in_progress", "completed", "failed", "cancelled")
+    )
 )
 
 
@@ -31,8 +40,25 @@ def vec_table(key: int) -> str:
     return f"vec_{key:d}"
 
 
+def expires_at(last_active_at: int, anchor: str, days: int) -> int:
+    """When an idle collection expires (unix seconds), or 0 if it never does."""
+    if anchor == EXPIRES_ANCHOR and days > 0:
+        return last_active_at + days * _DAY_SECONDS
+    return 0
+
+
+def check_expiry(anchor: str, days: int) -> None:
+    if anchor not in ("", EXPIRES_ANCHOR):
+        raise InvalidArgument(f"expires_after.anchor must be {EXPIRES_ANCHOR!r}, got {anchor!r}")
+    if not 0 <= days <= MAX_EXPIRES_DAYS:
+        raise InvalidArgument(f"expires_after.days must be 1..{MAX_EXPIRES_DAYS}, got {days}")
+    if days and not anchor:
+        raise InvalidArgument(f"expires_after.days needs the anchor {EXPIRES_ANCHOR!r}")
+
+
 def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
-    key, public_id, name, created, active, metadata, model, dims, chunks, files, usage = row
+    (key, public_id, name, created, active, metadata, model, dims, chunks, files, usage,
+     anchor, days, in_progress, completed, failed, cancelled) = row  # fmt: skip
     collection = Collection(
         id=public_id,
         name=name,
@@ -44,6 +70,10 @@ def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
         chunk_count=chunks,
         file_count=files,
         usage_bytes=usage,
+        file_counts=FileCounts(in_progress, completed, failed, cancelled),
+        expires_anchor=anchor,
+        expires_days=days,
+        expires_at=expires_at(active, anchor, days),
     )
     return key, collection
 
@@ -58,6 +88,14 @@ def lookup(conn: apsw.Connection, collection_id: str) -> tuple[int, Collection]:
     return _to_collection(row)
 
 
+def lookup_key(conn: apsw.Connection, key: int) -> Collection:
+    """The collection with this integer key, which the caller knows exists."""
+    row = conn.execute(f"SELECT {_COLUMNS} FROM collections WHERE id = ?", (key,)).fetchone()
+    if row is None:
+        raise RuntimeError(f"collection key {key} vanished inside a transaction")
+    return _to_collection(row)[1]
+
+
 def create(
     conn: apsw.Connection,
     *,
@@ -66,7 +104,10 @@ def create(
     dimensions: int,
     metadata: Mapping[str, str],
     now: int,
+    expires_anchor: str = "",
+    expires_days: int = 0,
 ) -> Collection:
+    check_expiry(expires_anchor, expires_days)
     if not model:
         raise InvalidArgument("model is required: name the embedding model the store will use")
     if not 1 <= dimensions <= MAX_DIMENSIONS:
@@ -75,8 +116,18 @@ def create(
     with atomic(conn):
         conn.execute(
             "INSERT INTO collections (public_id, name, metadata, model, dimensions, created_at,"
-            " last_active_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (public_id, name, json.dumps(dict(metadata)), model, dimensions, now, now),
+            " last_active_at, expires_anchor, expires_days) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                public_id,
+                name,
+                json.dumps(dict(metadata)),
+                model,
+                dimensions,
+                now,
+                now,
+                expires_anchor,
+                expires_days,
+            ),
         )
         key = conn.last_insert_rowid()
         conn.execute(
@@ -94,7 +145,38 @@ def create(
         chunk_count=0,
         file_count=0,
         usage_bytes=0,
+        expires_anchor=expires_anchor,
+        expires_days=expires_days,
+        expires_at=expires_at(now, expires_anchor, expires_days),
     )
+
+
+def update(
+    conn: apsw.Connection,
+    collection_id: str,
+    *,
+    name: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    expires: tuple[str, int] | None = None,
+) -> Collection:
+    """Changes the fields given (None leaves a field as it is); `expires` is (anchor, days)."""
+    if expires is not None:
+        check_expiry(*expires)
+    with atomic(conn):
+        key, _ = lookup(conn, collection_id)
+        if name is not None:
+            conn.execute("UPDATE collections SET name = ? WHERE id = ?", (name, key))
+        if metadata is not None:
+            conn.execute(
+                "UPDATE collections SET metadata = ? WHERE id = ?",
+                (json.dumps(dict(metadata)), key),
+            )
+        if expires is not None:
+            conn.execute(
+                "UPDATE collections SET expires_anchor = ?, expires_days = ? WHERE id = ?",
+                (*expires, key),
+            )
+        return lookup_key(conn, key)
 
 
 def list_page(
@@ -152,11 +234,14 @@ def _cursor_key(conn: apsw.Connection, cursor: str, name: str) -> int:
 def delete(conn: apsw.Connection, collection_id: str) -> None:
     """Deletes the collection, its file memberships, chunks and vector table in one transaction.
 
-    Rows in `files` stay: files exist independently of the collections that index them.
+    Its ingest jobs and file batches go too; rows in `files` stay: files exist independently
+    of the collections that index them.
     """
     with atomic(conn):
         key, _ = lookup(conn, collection_id)
         conn.execute("DELETE FROM chunks WHERE collection_id = ?", (key,))
+        conn.execute("DELETE FROM jobs WHERE collection_id = ?", (key,))
         conn.execute("DELETE FROM collection_files WHERE collection_id = ?", (key,))
+        conn.execute("DELETE FROM file_batches WHERE collection_id = ?", (key,))
         conn.execute("DELETE FROM collections WHERE id = ?", (key,))
         conn.execute(f"DROP TABLE {vec_table(key)}")

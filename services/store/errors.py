@@ -17,6 +17,40 @@ class CollectionNotFound(StoreError):
         self.collection_id = collection_id
 
 
+class FileNotFound(StoreError):
+    def __init__(self, file_id: str) -> None:
+        super().__init__(f"no file with id {file_id!r}")
+        self.file_id = file_id
+
+
+class CollectionFileNotFound(StoreError):
+    def __init__(self, collection_id: str, file_id: str) -> None:
+        super().__init__(
+            f"file {file_id!r} is not in vector store {collection_id!r}; attach it first"
+        )
+        self.collection_id = collection_id
+        self.file_id = file_id
+
+
+class BatchNotFound(StoreError):
+    def __init__(self, collection_id: str, batch_id: str) -> None:
+        super().__init__(f"no file batch with id {batch_id!r} in vector store {collection_id!r}")
+        self.batch_id = batch_id
+
+
+class JobNotFound(StoreError):
+    def __init__(self, job_id: int) -> None:
+        super().__init__(
+            f"no ingest job {job_id}: its file was detached, deleted or cancelled, or its vector "
+            "store deleted; drop the job"
+        )
+        self.job_id = job_id
+
+
+class LeaseLost(StoreError):
+    """The worker no longer holds the job: it was reclaimed, retried or already finished."""
+
+
 class DimensionMismatch(StoreError):
     """Vectors whose dimension differs from the collection's."""
 

@@ -37,6 +37,50 @@ def attributes_json(attributes: Mapping[str, AttributeValue]) -> str:
     return json.dumps(dict(attributes), sort_keys=True)
 
 
+def check_chunks(chunks: Sequence[ChunkInput], vectors: FloatMatrix) -> None:
+    """Raises InvalidArgument unless there is one usable vector per chunk."""
+    if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
+        raise InvalidArgument(
+            f"expected one vector per chunk ({len(chunks)}), got an array of shape {vectors.shape}"
+        )
+    for index, chunk in enumerate(chunks):
+        if chunk.token_count < 0:
+            raise InvalidArgument(f"chunk {index} has a negative token_count")
+    check_vectors(vectors, "vector")
+
+
+def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
+    """Deletes a file's chunks and their vectors from a collection (inside a transaction)."""
+    old_ids = conn.execute(
+        "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id)
+    ).fetchall()
+    conn.executemany(f"DELETE FROM {vec_table(key)} WHERE rowid = ?", old_ids)
+    conn.execute("DELETE FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id))
+
+
+def insert_chunks(
+    conn: apsw.Connection,
+    key: int,
+    file_id: str,
+    chunks: Sequence[ChunkInput],
+    vectors: FloatMatrix,
+) -> None:
+    """Writes chunk i with vector i (inside a transaction; the file has no chunks yet)."""
+    conn.executemany(
+        "INSERT INTO chunks (collection_id, file_id, chunk_index, text, token_count)"
+        " VALUES (?, ?, ?, ?, ?)",
+        [(key, file_id, i, chunk.text, chunk.token_count) for i, chunk in enumerate(chunks)],
+    )
+    ids = conn.execute(
+        "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
+        (key, file_id),
+    ).fetchall()
+    conn.executemany(
+        f"INSERT INTO {vec_table(key)} (rowid, embedding) VALUES (?, ?)",
+        [(row[0], to_bytes(vector)) for row, vector in zip(ids, vectors, strict=True)],
+    )
+
+
 def add_chunks(
     conn: apsw.Connection,
     *,
@@ -58,14 +102,7 @@ def add_chunks(
         raise InvalidArgument("file_id is required")
     if not model:
         raise InvalidArgument("model is required: name the model that produced the vectors")
-    if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
-        raise InvalidArgument(
-            f"expected one vector per chunk ({len(chunks)}), got an array of shape {vectors.shape}"
-        )
-    for index, chunk in enumerate(chunks):
-        if chunk.token_count < 0:
-            raise InvalidArgument(f"chunk {index} has a negative token_count")
-    check_vectors(vectors, "vector")
+    check_chunks(chunks, vectors)
     attrs = attributes_json(attributes)
     texts = [chunk.text for chunk in chunks]
     dimensions = int(vectors.shape[1])
@@ -74,7 +111,6 @@ def add_chunks(
     with atomic(conn):
         key, collection = lookup(conn, collection_id)
         check_compatible(collection, model, dimensions, query=False)
-        table = vec_table(key)
         previous = conn.execute(
             "SELECT chunk_count, usage_bytes FROM collection_files"
             " WHERE collection_id = ? AND file_id = ?",
@@ -82,13 +118,9 @@ def add_chunks(
         ).fetchone()
         old_chunks, old_usage = previous if previous is not None else (0, 0)
         if previous is not None:
-            old_ids = conn.execute(
-                "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id)
-            ).fetchall()
-            conn.executemany(f"DELETE FROM {table} WHERE rowid = ?", old_ids)
-            conn.execute(
-                "DELETE FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id)
-            )
+            delete_chunks(conn, key, file_id)
+            # A file written directly is complete: any ingest job for it is moot.
+            conn.execute("DELETE FROM jobs WHERE collection_id = ? AND file_id = ?", (key, file_id))
         conn.execute(
             "INSERT INTO files (id, filename, created_at) VALUES (?, ?, ?)"
             " ON CONFLICT (id) DO UPDATE SET filename = excluded.filename",
@@ -99,22 +131,10 @@ def add_chunks(
             " chunk_count, usage_bytes, created_at) VALUES (?, ?, 'completed', ?, ?, ?, ?)"
             " ON CONFLICT (collection_id, file_id) DO UPDATE SET status = excluded.status,"
             " attributes = excluded.attributes, chunk_count = excluded.chunk_count,"
-            " usage_bytes = excluded.usage_bytes",
+            " usage_bytes = excluded.usage_bytes, last_error_code = '', last_error_message = ''",
             (key, file_id, attrs, len(chunks), usage, now),
         )
-        conn.executemany(
-            "INSERT INTO chunks (collection_id, file_id, chunk_index, text, token_count)"
-            " VALUES (?, ?, ?, ?, ?)",
-            [(key, file_id, i, chunk.text, chunk.token_count) for i, chunk in enumerate(chunks)],
-        )
-        ids = conn.execute(
-            "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
-            (key, file_id),
-        ).fetchall()
-        conn.executemany(
-            f"INSERT INTO {table} (rowid, embedding) VALUES (?, ?)",
-            [(row[0], to_bytes(vector)) for row, vector in zip(ids, vectors, strict=True)],
-        )
+        insert_chunks(conn, key, file_id, chunks, vectors)
         conn.execute(
             "UPDATE collections SET chunk_count = chunk_count + ?, file_count = file_count + ?,"
             " usage_bytes = usage_bytes + ?, last_active_at = max(last_active_at, ?)"

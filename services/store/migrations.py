@@ -78,8 +78,63 @@ CREATE TABLE chunks (
 ) STRICT;
 """
 
+# Files keep their bytes (in file_contents, so listing files never reads blobs) and a content
+# hash; a file in a collection records how it is chunked, why it failed, the batch that
+# attached it and the content hash (identical content is indexed once per collection). Jobs
+# are the durable ingest queue: at most one live (pending or leased) job per collection file;
+# finished jobs stay until their file leaves the collection, so a late worker learns that its
+# job is done rather than gone. Foreign keys have full indexes on the child side (SQLite
+# cannot use partial indexes to check them).
+_V2_FILES_AND_JOBS = """
+ALTER TABLE collections ADD COLUMN expires_anchor TEXT NOT NULL DEFAULT '';
+ALTER TABLE collections ADD COLUMN expires_days INTEGER NOT NULL DEFAULT 0;
+
+ALTER TABLE files ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE files ADD COLUMN purpose TEXT NOT NULL DEFAULT 'assistants';
+ALTER TABLE files ADD COLUMN sha256 TEXT NOT NULL DEFAULT '';
+CREATE INDEX files_created ON files (created_at);
+
+CREATE TABLE file_contents (
+    file_id TEXT PRIMARY KEY REFERENCES files (id),
+    content BLOB NOT NULL
+) STRICT;
+
+CREATE TABLE file_batches (
+    id            TEXT    PRIMARY KEY,
+    collection_id INTEGER NOT NULL REFERENCES collections (id),
+    created_at    INTEGER NOT NULL,
+    cancelled_at  INTEGER
+) STRICT;
+CREATE INDEX file_batches_collection ON file_batches (collection_id);
+
+ALTER TABLE collection_files ADD COLUMN last_error_code TEXT NOT NULL DEFAULT '';
+ALTER TABLE collection_files ADD COLUMN last_error_message TEXT NOT NULL DEFAULT '';
+ALTER TABLE collection_files ADD COLUMN chunking_json TEXT NOT NULL DEFAULT '';
+ALTER TABLE collection_files ADD COLUMN batch_id TEXT REFERENCES file_batches (id);
+ALTER TABLE collection_files ADD COLUMN sha256 TEXT NOT NULL DEFAULT '';
+CREATE INDEX collection_files_status ON collection_files (collection_id, status);
+CREATE INDEX collection_files_sha256 ON collection_files (collection_id, sha256);
+CREATE INDEX collection_files_batch ON collection_files (batch_id);
+
+CREATE TABLE jobs (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    collection_id    INTEGER NOT NULL,
+    file_id          TEXT    NOT NULL,
+    state            TEXT    NOT NULL CHECK (state IN ('pending', 'leased', 'done')),
+    worker_id        TEXT    NOT NULL DEFAULT '',
+    lease_expires_at INTEGER NOT NULL DEFAULT 0,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at  INTEGER NOT NULL,
+    created_at       INTEGER NOT NULL,
+    FOREIGN KEY (collection_id, file_id) REFERENCES collection_files (collection_id, file_id)
+) STRICT;
+CREATE INDEX jobs_file ON jobs (collection_id, file_id);
+CREATE UNIQUE INDEX jobs_live ON jobs (collection_id, file_id) WHERE state <> 'done';
+"""
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
+    _script(_V2_FILES_AND_JOBS),
 ]
 
 

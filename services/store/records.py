@@ -14,6 +14,18 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class FileCounts:
+    in_progress: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.in_progress + self.completed + self.failed + self.cancelled
+
+
+@dataclass(frozen=True)
 class Collection:
     id: str
     name: str
@@ -22,9 +34,17 @@ class Collection:
     metadata: dict[str, str]
     model: str
     dimensions: int
+    # Completed files' chunks and their bytes (text plus vectors).
     chunk_count: int
+    # Files attached, whatever their status.
     file_count: int
     usage_bytes: int
+    file_counts: FileCounts = field(default_factory=FileCounts)
+    # OpenAI's expires_after: anchor "last_active_at" (or "" for never) and days.
+    expires_anchor: str = ""
+    expires_days: int = 0
+    # Unix seconds, 0 when the collection does not expire.
+    expires_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,3 +76,80 @@ class SearchHit:
     score: float
     chunk_index: int
     attributes: dict[str, AttributeValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class File:
+    id: str
+    filename: str
+    bytes: int
+    created_at: int
+    purpose: str
+    # Hex SHA-256 of the content; empty for files written by AddChunks, which have none.
+    sha256: str
+
+
+@dataclass(frozen=True)
+class LastError:
+    # server_error, unsupported_file or invalid_file.
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CollectionFile:
+    file_id: str
+    collection_id: str
+    # in_progress, completed, failed or cancelled.
+    status: str
+    created_at: int
+    filename: str
+    attributes: dict[str, AttributeValue]
+    chunking_json: str
+    chunk_count: int
+    usage_bytes: int
+    # Set only while the status is failed.
+    last_error: LastError | None = None
+    batch_id: str = ""
+    # True when an attach found this file (or one with the same content) already there.
+    deduplicated: bool = False
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    chunk_id: str
+    chunk_index: int
+    text: str
+    token_count: int
+
+
+@dataclass(frozen=True)
+class BatchFileInput:
+    file_id: str
+    attributes: Attributes = field(default_factory=dict)
+    chunking_json: str = ""
+
+
+@dataclass(frozen=True)
+class FileBatch:
+    id: str
+    collection_id: str
+    created_at: int
+    # in_progress, completed or cancelled.
+    status: str
+    file_counts: FileCounts
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    job_id: int
+    collection_id: str
+    file_id: str
+    filename: str
+    content: bytes
+    chunking_json: str
+    # The collection's embedding model and dimension.
+    model: str
+    dimensions: int
+    # 1 for the first claim.
+    attempt: int

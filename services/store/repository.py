@@ -1,4 +1,4 @@
-"""The store's core API: collections, chunks and search over one SQLite database.
+"""The store's core API over one SQLite database: collections, files, ingest jobs, search.
 
 Thread-safe: each calling thread gets its own connection. No gRPC here; the servicer adapts it.
 """
@@ -13,24 +13,37 @@ from types import TracebackType
 import numpy as np
 import numpy.typing as npt
 
-from services.store import catalog, ingest, migrations, search
+from services.store import attachments, batches, catalog, files, ingest, jobs, migrations, search
 from services.store.db import ThreadConnections
+from services.store.filters import Filter
 from services.store.records import (
     AddChunksResult,
     AttributeValue,
+    BatchFileInput,
     ChunkInput,
+    ClaimedJob,
     Collection,
+    CollectionFile,
+    File,
+    FileBatch,
     Page,
     SearchHit,
+    StoredChunk,
 )
 
 DEFAULT_LIST_LIMIT = 20
 
 
 class Repository:
-    def __init__(self, path: str | Path, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        clock: Callable[[], float] = time.time,
+        max_attempts: int = jobs.MAX_ATTEMPTS,
+    ) -> None:
         self._connections = ThreadConnections(path)
         self._clock = clock
+        self._max_attempts = max_attempts
 
     @property
     def path(self) -> Path:
@@ -63,6 +76,8 @@ class Repository:
         model: str,
         dimensions: int,
         metadata: Mapping[str, str] | None = None,
+        expires_anchor: str = "",
+        expires_days: int = 0,
     ) -> Collection:
         return catalog.create(
             self._connections.get(),
@@ -71,6 +86,20 @@ class Repository:
             dimensions=dimensions,
             metadata=metadata or {},
             now=self._now(),
+            expires_anchor=expires_anchor,
+            expires_days=expires_days,
+        )
+
+    def update_collection(
+        self,
+        collection_id: str,
+        name: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        expires: tuple[str, int] | None = None,
+    ) -> Collection:
+        """Changes the fields given; `expires` is (anchor, days), ("", 0) for never."""
+        return catalog.update(
+            self._connections.get(), collection_id, name=name, metadata=metadata, expires=expires
         )
 
     def get_collection(self, collection_id: str) -> Collection:
@@ -119,6 +148,7 @@ class Repository:
         k: int,
         score_threshold: float = 0.0,
         model: str = "",
+        filter: Filter | None = None,
     ) -> list[SearchHit]:
         return search.nearest(
             self._connections.get(),
@@ -128,4 +158,181 @@ class Repository:
             score_threshold=score_threshold,
             model=model,
             now=self._now(),
+            filter=filter,
+        )
+
+    # Files
+
+    def create_file(self, filename: str, purpose: str, content: bytes) -> File:
+        return files.create(
+            self._connections.get(),
+            filename=filename,
+            purpose=purpose,
+            content=content,
+            now=self._now(),
+        )
+
+    def get_file(self, file_id: str) -> File:
+        return files.get(self._connections.get(), file_id)
+
+    def get_file_content(self, file_id: str) -> tuple[File, bytes]:
+        return files.content(self._connections.get(), file_id)
+
+    def list_files(
+        self,
+        limit: int = DEFAULT_LIST_LIMIT,
+        order: str = "desc",
+        after: str | None = None,
+        purpose: str | None = None,
+    ) -> Page[File]:
+        return files.list_page(
+            self._connections.get(), limit=limit, order=order, after=after, purpose=purpose
+        )
+
+    def delete_file(self, file_id: str) -> None:
+        """Deletes the file and removes it from every collection."""
+        files.delete(self._connections.get(), file_id)
+
+    # Files in collections
+
+    def attach_file(
+        self,
+        collection_id: str,
+        file_id: str,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        chunking_json: str = "",
+    ) -> CollectionFile:
+        return attachments.attach(
+            self._connections.get(),
+            collection_id=collection_id,
+            file_id=file_id,
+            attributes=attributes or {},
+            chunking_json=chunking_json,
+            now=self._now(),
+        )
+
+    def get_collection_file(self, collection_id: str, file_id: str) -> CollectionFile:
+        return attachments.get(self._connections.get(), collection_id, file_id)
+
+    def list_collection_files(
+        self,
+        collection_id: str,
+        limit: int = DEFAULT_LIST_LIMIT,
+        order: str = "desc",
+        after: str | None = None,
+        before: str | None = None,
+        status: str | None = None,
+        batch_id: str | None = None,
+    ) -> Page[CollectionFile]:
+        return attachments.list_page(
+            self._connections.get(),
+            collection_id=collection_id,
+            limit=limit,
+            order=order,
+            after=after,
+            before=before,
+            status=status,
+            batch_id=batch_id,
+        )
+
+    def update_collection_file(
+        self, collection_id: str, file_id: str, attributes: Mapping[str, AttributeValue]
+    ) -> CollectionFile:
+        return attachments.update_attributes(
+            self._connections.get(),
+            collection_id=collection_id,
+            file_id=file_id,
+            attributes=attributes,
+        )
+
+    def detach_file(self, collection_id: str, file_id: str) -> None:
+        attachments.detach(self._connections.get(), collection_id=collection_id, file_id=file_id)
+
+    def get_collection_file_chunks(
+        self, collection_id: str, file_id: str
+    ) -> tuple[CollectionFile, list[StoredChunk]]:
+        return attachments.chunks(
+            self._connections.get(), collection_id=collection_id, file_id=file_id
+        )
+
+    # Batches
+
+    def create_file_batch(
+        self, collection_id: str, batch_files: Sequence[BatchFileInput]
+    ) -> FileBatch:
+        return batches.create(
+            self._connections.get(),
+            collection_id=collection_id,
+            files=batch_files,
+            now=self._now(),
+        )
+
+    def get_file_batch(self, collection_id: str, batch_id: str) -> FileBatch:
+        return batches.get(self._connections.get(), collection_id=collection_id, batch_id=batch_id)
+
+    def cancel_file_batch(self, collection_id: str, batch_id: str) -> FileBatch:
+        return batches.cancel(
+            self._connections.get(),
+            collection_id=collection_id,
+            batch_id=batch_id,
+            now=self._now(),
+        )
+
+    # Ingest jobs
+
+    def claim_jobs(self, worker_id: str, max_jobs: int, lease_seconds: int) -> list[ClaimedJob]:
+        return jobs.claim(
+            self._connections.get(),
+            worker_id=worker_id,
+            max_jobs=max_jobs,
+            lease_seconds=lease_seconds,
+            now=self._now(),
+            max_attempts=self._max_attempts,
+        )
+
+    def renew_job(self, job_id: int, worker_id: str, lease_seconds: int) -> int:
+        """Extends the lease; returns its new expiry (unix seconds)."""
+        return jobs.renew(
+            self._connections.get(),
+            job_id=job_id,
+            worker_id=worker_id,
+            lease_seconds=lease_seconds,
+            now=self._now(),
+        )
+
+    def complete_job(
+        self,
+        job_id: int,
+        worker_id: str,
+        chunks: Sequence[ChunkInput],
+        vectors: npt.ArrayLike,
+        model: str,
+    ) -> CollectionFile:
+        return jobs.complete(
+            self._connections.get(),
+            job_id=job_id,
+            worker_id=worker_id,
+            chunks=chunks,
+            vectors=np.asarray(vectors, dtype=np.float32),
+            model=model,
+            now=self._now(),
+        )
+
+    def fail_job(
+        self,
+        job_id: int,
+        worker_id: str,
+        code: str,
+        message: str,
+        retry_after_seconds: int = 0,
+    ) -> CollectionFile:
+        return jobs.fail(
+            self._connections.get(),
+            job_id=job_id,
+            worker_id=worker_id,
+            code=code,
+            message=message,
+            retry_after_seconds=retry_after_seconds,
+            now=self._now(),
+            max_attempts=self._max_attempts,
         )

@@ -13,26 +13,38 @@ from services.store.catalog import lookup, vec_table
 from services.store.compat import check_compatible, check_vectors
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
+from services.store.filters import Filter, compile_filter
 from services.store.records import SearchHit
 
 # sqlite-vec's limit on k in a KNN query.
 MAX_K = 4096
 
 # The KNN runs first (materialized, so the planner cannot push joins into vec0), then the
-# hits pick up their text and source. Filtered search can restrict the KNN exactly with
-# `AND rowid IN (SELECT c.id FROM chunks AS c JOIN collection_files ... WHERE ...)`, which
-# sqlite-vec 0.1.9 applies during its brute-force scan.
+# hits pick up their text and source. A filter restricts the KNN exactly with `rowid IN
+# (chunks of the completed files that match)`, which sqlite-vec 0.1.9 applies during its
+# brute-force scan: the result is the true top-k among the matching chunks. Chunks exist only
+# for completed files (they are written in the same transaction as the status), so the
+# status test is a second line of defence.
 _SEARCH_SQL = """
 WITH knn AS MATERIALIZED (
-    SELECT rowid AS chunk_id, distance FROM {table} WHERE embedding MATCH ? AND k = ?
+    SELECT rowid AS chunk_id, distance FROM {table} WHERE embedding MATCH ? AND k = ?{restrict}
 )
 SELECT knn.chunk_id, knn.distance, c.file_id, c.chunk_index, c.text, f.filename, cf.attributes
 FROM knn
 JOIN chunks AS c ON c.id = knn.chunk_id
 JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
 JOIN files AS f ON f.id = c.file_id
+WHERE cf.status = 'completed'
 ORDER BY knn.distance, knn.chunk_id
 """
+
+# CROSS JOIN keeps files as the outer loop, so the filter runs once per file, not per chunk.
+_RESTRICT_SQL = """
+    AND rowid IN (
+        SELECT c.id FROM collection_files AS cf
+        CROSS JOIN chunks AS c ON c.collection_id = cf.collection_id AND c.file_id = cf.file_id
+        WHERE cf.collection_id = ? AND cf.status = 'completed' AND {condition}
+    )"""
 
 
 # chunk id, distance, file id, chunk index, text, filename, attributes JSON
@@ -61,9 +73,11 @@ def nearest(
     score_threshold: float,
     model: str,
     now: int,
+    filter: Filter | None = None,
 ) -> list[SearchHit]:
     """The k chunks nearest to `query` (1-D), best first, dropping those scoring below the
-    threshold. An empty `model` skips the model check."""
+    threshold. An empty `model` skips the model check. With a filter, only chunks of files
+    whose attributes match compete."""
     if not 1 <= k <= MAX_K:
         raise InvalidArgument(f"k must be 1..{MAX_K}, got {k}")
     if not (math.isfinite(score_threshold) and 0.0 <= score_threshold <= 1.0):
@@ -71,13 +85,18 @@ def nearest(
     if query.ndim != 1:
         raise InvalidArgument(f"expected one query vector, got an array of shape {query.shape}")
     check_vectors(query.reshape(1, -1), "query vector")
+    condition, condition_params = compile_filter(filter) if filter is not None else ("", [])
 
     with atomic(conn, write=False):
         key, collection = lookup(conn, collection_id)
         check_compatible(collection, model, int(query.shape[0]), query=True)
-        rows = conn.execute(
-            _SEARCH_SQL.format(table=vec_table(key)), (to_bytes(query), k)
-        ).fetchall()
+        params: list[object] = [to_bytes(query), k]
+        restrict = ""
+        if filter is not None:
+            restrict = _RESTRICT_SQL.format(condition=condition)
+            params += [key, *condition_params]
+        sql = _SEARCH_SQL.format(table=vec_table(key), restrict=restrict)
+        rows = conn.execute(sql, params).fetchall()
 
     hits = []
     for row in rows:

@@ -4,34 +4,61 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import TypeVar
 
+import apsw
 import grpc
 
-from services.common.vectors import FloatMatrix, from_bytes
 from services.pb import store_pb2 as pb
 from services.pb import store_pb2_grpc
 from services.store.errors import (
+    BatchNotFound,
+    CollectionFileNotFound,
     CollectionNotFound,
     DimensionMismatch,
+    FileNotFound,
     InvalidArgument,
+    JobNotFound,
+    LeaseLost,
     ModelMismatch,
     StoreError,
 )
-from services.store.records import AttributeValue, ChunkInput, Collection, SearchHit
+from services.store.messages import (
+    attributes_from_message,
+    batch_message,
+    chunks_from_message,
+    collection_file_message,
+    collection_message,
+    decode_vectors,
+    file_message,
+    filter_from_message,
+    hit_message,
+    job_message,
+    stored_chunk_message,
+)
+from services.store.records import BatchFileInput
 from services.store.repository import DEFAULT_LIST_LIMIT, Repository
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# A lease long enough for one file's parse, chunk and embed; workers renew it while working.
+DEFAULT_LEASE_SECONDS = 60
+BUSY_MESSAGE = "the store's database is busy with other writes; retry shortly"
+
 _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (CollectionNotFound, grpc.StatusCode.NOT_FOUND),
+    (FileNotFound, grpc.StatusCode.NOT_FOUND),
+    (CollectionFileNotFound, grpc.StatusCode.NOT_FOUND),
+    (BatchNotFound, grpc.StatusCode.NOT_FOUND),
+    (JobNotFound, grpc.StatusCode.NOT_FOUND),
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (DimensionMismatch, grpc.StatusCode.FAILED_PRECONDITION),
     (ModelMismatch, grpc.StatusCode.FAILED_PRECONDITION),
+    (LeaseLost, grpc.StatusCode.FAILED_PRECONDITION),
 ]
 
 
@@ -40,6 +67,10 @@ def status_for(error: StoreError) -> grpc.StatusCode:
         if isinstance(error, error_type):
             return code
     return grpc.StatusCode.INTERNAL
+
+
+def _list_args(limit: int, order: str) -> tuple[int, str]:
+    return limit or DEFAULT_LIST_LIMIT, order or "desc"
 
 
 class StoreServicer(store_pb2_grpc.StoreServicer):
@@ -55,12 +86,18 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             return await loop.run_in_executor(self._executor, work)
         except StoreError as error:
             await context.abort(status_for(error), str(error))
+        except apsw.BusyError:
+            # Another writer held the database past the busy timeout: a retry may well succeed.
+            log.warning("database busy: %s", BUSY_MESSAGE)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, BUSY_MESSAGE)
         except Exception:
             log.exception("store request failed")
             await context.abort(
                 grpc.StatusCode.INTERNAL, "internal error in the store; see the store's log"
             )
         raise AssertionError("unreachable: context.abort raises")
+
+    # Collections
 
     async def CreateCollection(
         self, request: pb.CreateCollectionRequest, context: grpc.aio.ServicerContext
@@ -72,6 +109,8 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 model=request.model,
                 dimensions=request.dimensions,
                 metadata=dict(request.metadata),
+                expires_anchor=request.expires_anchor,
+                expires_days=request.expires_days,
             ),
         )
         return collection_message(collection)
@@ -82,14 +121,31 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         collection = await self._call(context, lambda: self._repository.get_collection(request.id))
         return collection_message(collection)
 
+    async def UpdateCollection(
+        self, request: pb.UpdateCollectionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Collection:
+        collection = await self._call(
+            context,
+            lambda: self._repository.update_collection(
+                request.id,
+                name=request.name if request.has_name else None,
+                metadata=dict(request.metadata) if request.has_metadata else None,
+                expires=(
+                    (request.expires_anchor, request.expires_days) if request.has_expires else None
+                ),
+            ),
+        )
+        return collection_message(collection)
+
     async def ListCollections(
         self, request: pb.ListCollectionsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListCollectionsResponse:
+        limit, order = _list_args(request.limit, request.order)
         page = await self._call(
             context,
             lambda: self._repository.list_collections(
-                limit=request.limit or DEFAULT_LIST_LIMIT,
-                order=request.order or "desc",
+                limit=limit,
+                order=order,
                 after=request.after or None,
                 before=request.before or None,
             ),
@@ -109,7 +165,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         self, request: pb.AddChunksRequest, context: grpc.aio.ServicerContext
     ) -> pb.AddChunksResponse:
         def work() -> pb.AddChunksResponse:
-            chunks = [ChunkInput(text=c.text, token_count=c.token_count) for c in request.chunks]
+            chunks = chunks_from_message(list(request.chunks))
             vectors = decode_vectors(request.vectors, request.dimensions, len(chunks))
             result = self._repository.add_chunks(
                 collection_id=request.collection_id,
@@ -139,61 +195,232 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 k=request.k,
                 score_threshold=request.score_threshold,
                 model=request.model,
+                filter=filter_from_message(request.filter) if request.HasField("filter") else None,
             )
             return pb.SearchResponse(hits=[hit_message(hit) for hit in hits])
 
         return await self._call(context, work)
 
+    # Files
 
-def decode_vectors(data: bytes, dimensions: int, count: int) -> FloatMatrix:
-    try:
-        return from_bytes(data, dimensions, count)
-    except ValueError as error:
-        raise InvalidArgument(str(error)) from None
+    async def CreateFile(
+        self, request: pb.CreateFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.File:
+        file = await self._call(
+            context,
+            lambda: self._repository.create_file(
+                request.filename, request.purpose, request.content
+            ),
+        )
+        return file_message(file)
 
+    async def GetFile(
+        self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.File:
+        return file_message(
+            await self._call(context, lambda: self._repository.get_file(request.id))
+        )
 
-def collection_message(collection: Collection) -> pb.Collection:
-    return pb.Collection(
-        id=collection.id,
-        name=collection.name,
-        created_at=collection.created_at,
-        last_active_at=collection.last_active_at,
-        metadata=collection.metadata,
-        model=collection.model,
-        dimensions=collection.dimensions,
-        chunk_count=collection.chunk_count,
-        file_count=collection.file_count,
-        usage_bytes=collection.usage_bytes,
-    )
+    async def ListFiles(
+        self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListFilesResponse:
+        limit, order = _list_args(request.limit, request.order)
+        page = await self._call(
+            context,
+            lambda: self._repository.list_files(
+                limit=limit,
+                order=order,
+                after=request.after or None,
+                purpose=request.purpose or None,
+            ),
+        )
+        return pb.ListFilesResponse(
+            files=[file_message(item) for item in page.items], has_more=page.has_more
+        )
 
+    async def GetFileContent(
+        self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FileContent:
+        file, content = await self._call(
+            context, lambda: self._repository.get_file_content(request.id)
+        )
+        return pb.FileContent(file=file_message(file), content=content)
 
-def attributes_from_message(
-    attributes: Mapping[str, pb.AttributeValue],
-) -> dict[str, AttributeValue]:
-    values: dict[str, AttributeValue] = {}
-    for key, value in attributes.items():
-        kind = value.WhichOneof("kind")
-        if kind is None:
-            raise InvalidArgument(f"attribute {key!r} has no value")
-        values[key] = getattr(value, kind)
-    return values
+    async def DeleteFile(
+        self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteFileResponse:
+        await self._call(context, lambda: self._repository.delete_file(request.id))
+        return pb.DeleteFileResponse(id=request.id, deleted=True)
 
+    # Files in collections
 
-def attribute_message(value: AttributeValue) -> pb.AttributeValue:
-    if isinstance(value, bool):
-        return pb.AttributeValue(bool_value=value)
-    if isinstance(value, str):
-        return pb.AttributeValue(string_value=value)
-    return pb.AttributeValue(number_value=value)
+    async def AttachFile(
+        self, request: pb.AttachFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionFile:
+        record = await self._call(
+            context,
+            lambda: self._repository.attach_file(
+                request.collection_id,
+                request.file_id,
+                attributes_from_message(request.attributes),
+                request.chunking_json,
+            ),
+        )
+        return collection_file_message(record)
 
+    async def GetCollectionFile(
+        self, request: pb.CollectionFileRef, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionFile:
+        record = await self._call(
+            context,
+            lambda: self._repository.get_collection_file(request.collection_id, request.file_id),
+        )
+        return collection_file_message(record)
 
-def hit_message(hit: SearchHit) -> pb.SearchHit:
-    return pb.SearchHit(
-        chunk_id=hit.chunk_id,
-        file_id=hit.file_id,
-        filename=hit.filename,
-        text=hit.text,
-        score=hit.score,
-        attributes={key: attribute_message(value) for key, value in hit.attributes.items()},
-        chunk_index=hit.chunk_index,
-    )
+    async def ListCollectionFiles(
+        self, request: pb.ListCollectionFilesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListCollectionFilesResponse:
+        limit, order = _list_args(request.limit, request.order)
+        page = await self._call(
+            context,
+            lambda: self._repository.list_collection_files(
+                request.collection_id,
+                limit=limit,
+                order=order,
+                after=request.after or None,
+                before=request.before or None,
+                status=request.status or None,
+                batch_id=request.batch_id or None,
+            ),
+        )
+        return pb.ListCollectionFilesResponse(
+            files=[collection_file_message(item) for item in page.items], has_more=page.has_more
+        )
+
+    async def UpdateCollectionFile(
+        self, request: pb.UpdateCollectionFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionFile:
+        record = await self._call(
+            context,
+            lambda: self._repository.update_collection_file(
+                request.collection_id,
+                request.file_id,
+                attributes_from_message(request.attributes),
+            ),
+        )
+        return collection_file_message(record)
+
+    async def DetachFile(
+        self, request: pb.CollectionFileRef, context: grpc.aio.ServicerContext
+    ) -> pb.DetachFileResponse:
+        await self._call(
+            context, lambda: self._repository.detach_file(request.collection_id, request.file_id)
+        )
+        return pb.DetachFileResponse(file_id=request.file_id, deleted=True)
+
+    async def GetCollectionFileChunks(
+        self, request: pb.CollectionFileRef, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionFileChunks:
+        record, chunks = await self._call(
+            context,
+            lambda: self._repository.get_collection_file_chunks(
+                request.collection_id, request.file_id
+            ),
+        )
+        return pb.CollectionFileChunks(
+            file=collection_file_message(record),
+            chunks=[stored_chunk_message(chunk) for chunk in chunks],
+        )
+
+    # Batches
+
+    async def CreateFileBatch(
+        self, request: pb.CreateFileBatchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FileBatch:
+        def work() -> pb.FileBatch:
+            batch_files = [
+                BatchFileInput(
+                    file_id=item.file_id,
+                    attributes=attributes_from_message(item.attributes),
+                    chunking_json=item.chunking_json,
+                )
+                for item in request.files
+            ]
+            batch = self._repository.create_file_batch(request.collection_id, batch_files)
+            return batch_message(batch)
+
+        return await self._call(context, work)
+
+    async def GetFileBatch(
+        self, request: pb.FileBatchRef, context: grpc.aio.ServicerContext
+    ) -> pb.FileBatch:
+        batch = await self._call(
+            context,
+            lambda: self._repository.get_file_batch(request.collection_id, request.batch_id),
+        )
+        return batch_message(batch)
+
+    async def CancelFileBatch(
+        self, request: pb.FileBatchRef, context: grpc.aio.ServicerContext
+    ) -> pb.FileBatch:
+        batch = await self._call(
+            context,
+            lambda: self._repository.cancel_file_batch(request.collection_id, request.batch_id),
+        )
+        return batch_message(batch)
+
+    # Ingest jobs
+
+    async def ClaimJobs(
+        self, request: pb.ClaimJobsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ClaimJobsResponse:
+        claimed = await self._call(
+            context,
+            lambda: self._repository.claim_jobs(
+                request.worker_id,
+                max_jobs=request.max_jobs or 1,
+                lease_seconds=request.lease_seconds or DEFAULT_LEASE_SECONDS,
+            ),
+        )
+        return pb.ClaimJobsResponse(jobs=[job_message(job) for job in claimed])
+
+    async def RenewJob(
+        self, request: pb.JobRef, context: grpc.aio.ServicerContext
+    ) -> pb.RenewJobResponse:
+        expires = await self._call(
+            context,
+            lambda: self._repository.renew_job(
+                request.job_id,
+                request.worker_id,
+                lease_seconds=request.lease_seconds or DEFAULT_LEASE_SECONDS,
+            ),
+        )
+        return pb.RenewJobResponse(lease_expires_at=expires)
+
+    async def CompleteJob(
+        self, request: pb.CompleteJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionFile:
+        def work() -> pb.CollectionFile:
+            chunks = chunks_from_message(list(request.chunks))
+            vectors = decode_vectors(request.vectors, request.dimensions, len(chunks))
+            record = self._repository.complete_job(
+                request.job_id, request.worker_id, chunks, vectors, request.model
+            )
+            return collection_file_message(record)
+
+        return await self._call(context, work)
+
+    async def FailJob(
+        self, request: pb.FailJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionFile:
+        record = await self._call(
+            context,
+            lambda: self._repository.fail_job(
+                request.job_id,
+                request.worker_id,
+                code=request.error.code,
+                message=request.error.message,
+                retry_after_seconds=request.retry_after_seconds,
+            ),
+        )
+        return collection_file_message(record)

@@ -1,0 +1,106 @@
+"""Store messages rendered as OpenAI's JSON objects."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from services.gateway.store_client import attributes_python
+from services.pb import store_pb2
+
+
+def file_counts(counts: store_pb2.FileCounts) -> dict[str, int]:
+    return {
+        "in_progress": counts.in_progress,
+        "completed": counts.completed,
+        "failed": counts.failed,
+        "cancelled": counts.cancelled,
+        "total": counts.total,
+    }
+
+
+def vector_store(collection: store_pb2.Collection, now: float | None = None) -> dict[str, Any]:
+    now = time.time() if now is None else now
+    if collection.expires_at and collection.expires_at <= now:
+        status = "expired"
+    elif collection.file_counts.in_progress:
+        status = "in_progress"
+    else:
+        status = "completed"
+    expires_after = (
+        {"anchor": collection.expires_anchor, "days": collection.expires_days}
+        if collection.expires_days
+        else None
+    )
+    return {
+        "id": collection.id,
+        "object": "vector_store",
+        "created_at": collection.created_at,
+        "name": collection.name,
+        "usage_bytes": collection.usage_bytes,
+        "file_counts": file_counts(collection.file_counts),
+        "status": status,
+        "last_active_at": collection.last_active_at or None,
+        "metadata": dict(collection.metadata),
+        "expires_after": expires_after,
+        "expires_at": collection.expires_at or None,
+        # Extension: the embedding model the store was indexed with.
+        "embedding_model": {"name": collection.model, "dimensions": collection.dimensions},
+    }
+
+
+def file(item: store_pb2.File) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "object": "file",
+        "bytes": item.bytes,
+        "created_at": item.created_at,
+        "filename": item.filename,
+        "purpose": item.purpose,
+        # Uploads are stored as they arrive; parsing happens when a file joins a vector store.
+        "status": "processed",
+        "status_details": None,
+        "expires_at": None,
+    }
+
+
+def vector_store_file(item: store_pb2.CollectionFile) -> dict[str, Any]:
+    last_error = (
+        {"code": item.last_error.code, "message": item.last_error.message}
+        if item.HasField("last_error") and item.last_error.code
+        else None
+    )
+    chunking = json.loads(item.chunking_json) if item.chunking_json else None
+    return {
+        "id": item.file_id,
+        "object": "vector_store.file",
+        "usage_bytes": item.usage_bytes,
+        "created_at": item.created_at,
+        "vector_store_id": item.collection_id,
+        "status": item.status,
+        "last_error": last_error,
+        "chunking_strategy": chunking,
+        "attributes": attributes_python(item.attributes),
+    }
+
+
+def file_batch(batch: store_pb2.FileBatch) -> dict[str, Any]:
+    return {
+        "id": batch.id,
+        "object": "vector_store.file_batch",
+        "created_at": batch.created_at,
+        "vector_store_id": batch.collection_id,
+        "status": batch.status,
+        "file_counts": file_counts(batch.file_counts),
+    }
+
+
+def page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }

@@ -1,0 +1,62 @@
+"""The Files API: upload, list, retrieve, download, delete."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from services.gateway import objects
+from services.gateway.errors import invalid
+from services.gateway.params import query_choice, query_int
+from services.gateway.state import services
+from services.gateway.uploads import read_upload
+from services.pb import store_pb2
+
+
+async def create_file(request: Request) -> JSONResponse:
+    deps = services(request)
+    upload = await read_upload(request, deps.config.max_upload_bytes)
+    purpose = upload.fields.get("purpose")
+    if not isinstance(purpose, str) or not purpose:
+        raise invalid("'purpose' is required, e.g. 'assistants'", param="purpose")
+    created = await deps.store.call(
+        "CreateFile",
+        store_pb2.CreateFileRequest(
+            filename=upload.filename, purpose=purpose, content=upload.content
+        ),
+    )
+    return JSONResponse(objects.file(created))
+
+
+async def list_files(request: Request) -> JSONResponse:
+    store = services(request).store
+    reply = await store.call(
+        "ListFiles",
+        store_pb2.ListFilesRequest(
+            limit=query_int(request, "limit", 10000, 1, 10000),
+            order=query_choice(request, "order", "desc", ("asc", "desc")),
+            after=request.query_params.get("after", ""),
+            purpose=request.query_params.get("purpose", ""),
+        ),
+    )
+    return JSONResponse(objects.page([objects.file(f) for f in reply.files], reply.has_more))
+
+
+async def get_file(request: Request) -> JSONResponse:
+    file_id = request.path_params["file_id"]
+    item = await services(request).store.call("GetFile", store_pb2.GetFileRequest(id=file_id))
+    return JSONResponse(objects.file(item))
+
+
+async def file_content(request: Request) -> Response:
+    file_id = request.path_params["file_id"]
+    reply = await services(request).store.call(
+        "GetFileContent", store_pb2.GetFileRequest(id=file_id)
+    )
+    return Response(reply.content, media_type="application/octet-stream")
+
+
+async def delete_file(request: Request) -> JSONResponse:
+    file_id = request.path_params["file_id"]
+    reply = await services(request).store.call("DeleteFile", store_pb2.GetFileRequest(id=file_id))
+    return JSONResponse({"id": reply.id, "object": "file", "deleted": reply.deleted})

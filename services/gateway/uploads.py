@@ -1,0 +1,76 @@
+"""Reading an uploaded file from a multipart form or the JSON text extension, within limits."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+
+from services.gateway.errors import ApiError, invalid
+from services.gateway.params import optional_str
+
+
+@dataclass(frozen=True)
+class Upload:
+    filename: str
+    content: bytes
+    # The other form fields (strings) or JSON body members.
+    fields: dict[str, Any]
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(
+        413,
+        f"the file is larger than this server's upload limit of {limit} bytes "
+        "(RAGD_MAX_UPLOAD_BYTES)",
+        param="file",
+        code="file_too_large",
+    )
+
+
+async def read_upload(request: Request, limit: int) -> Upload:
+    """The multipart `file` part and the form's other (string) fields."""
+    declared = request.headers.get("content-length", "")
+    # Multipart framing adds a little; anything far beyond the limit is refused unread.
+    if declared.isdigit() and int(declared) > limit + 64 * 1024:
+        raise too_large(limit)
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise invalid("upload the file as multipart/form-data with a 'file' part", param="file")
+    async with request.form(max_files=1, max_fields=32) as form:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise invalid("the form needs a 'file' part with the file's content", param="file")
+        content = await upload.read(limit + 1)
+        filename = upload.filename or "upload.txt"
+        fields: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
+    if len(content) > limit:
+        raise too_large(limit)
+    return Upload(filename, content, fields)
+
+
+def text_upload(body: dict[str, Any], limit: int) -> Upload:
+    """The JSON extension: {"text": ..., "filename": ...} stands for an uploaded text file."""
+    text = body.get("text")
+    if not isinstance(text, str):
+        raise invalid(
+            "send {'file_id': ...}, a multipart 'file', or JSON with a 'text' string", param="text"
+        )
+    content = text.encode("utf-8", errors="surrogatepass")
+    if len(content) > limit:
+        raise too_large(limit)
+    filename = optional_str(body, "filename", "text.txt") or "text.txt"
+    return Upload(filename, content, body)
+
+
+def form_json(fields: dict[str, Any], name: str) -> Any:
+    """A field that is an object in JSON bodies and a JSON string in multipart forms."""
+    value = fields.get(name)
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise invalid(f"'{name}' must be JSON", param=name) from None
+    return value

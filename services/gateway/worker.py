@@ -1,0 +1,202 @@
+"""Ingest workers: claim jobs from the store under a lease, parse, chunk, embed, complete.
+
+Durability lives in the store: a job is recorded with its file, and a file becomes `completed`
+only in the transaction that writes its chunks and vectors (CompleteJob). A worker that dies
+simply stops renewing its lease and another worker (in this or another gateway) reclaims the
+job when it expires; a lost lease makes CompleteJob fail, so no file is indexed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+from dataclasses import dataclass
+
+from services.common.vectors import to_bytes
+from services.gateway import ingest
+from services.gateway.clients import EmbedderClient
+from services.gateway.errors import ApiError
+from services.gateway.parsing import InvalidFile, UnsupportedFile, extract_text
+from services.gateway.store_client import StoreClient
+from services.pb import store_pb2
+
+log = logging.getLogger(__name__)
+
+# Statuses worth retrying: the embedder or store is down, overloaded or slow.
+_TRANSIENT = {429, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    workers: int = 2
+    lease_seconds: int = 60
+    poll_seconds: float = 1.0
+    batch_size: int = 32
+
+
+class Permanent(Exception):
+    """The file itself is the problem: fail it with this code, do not retry."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def backoff_seconds(attempt: int) -> int:
+    return min(60, 1 << min(6, max(0, attempt - 1)))
+
+
+class IngestWorkers:
+    def __init__(
+        self, embedder: EmbedderClient, store: StoreClient, settings: WorkerSettings
+    ) -> None:
+        self._embedder = embedder
+        self._store = store
+        self._settings = settings
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._prefix = f"{socket.gethostname()}:{os.getpid()}"
+
+    def start(self) -> None:
+        for number in range(self._settings.workers):
+            task = asyncio.create_task(self._run(f"{self._prefix}:{number}"))
+            self._tasks.append(task)
+
+    def wake(self) -> None:
+        """New work was attached through this gateway: look now instead of at the next poll."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        # Jobs in flight keep their leases and are reclaimed after they expire: stopping never
+        # writes a half-finished file.
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    async def _run(self, worker_id: str) -> None:
+        while True:
+            try:
+                reply = await self._store.call(
+                    "ClaimJobs",
+                    store_pb2.ClaimJobsRequest(
+                        worker_id=worker_id, max_jobs=1, lease_seconds=self._settings.lease_seconds
+                    ),
+                )
+            except ApiError as error:
+                log.warning("cannot claim ingest jobs: %s", error.message)
+                await asyncio.sleep(self._settings.poll_seconds)
+                continue
+            if not reply.jobs:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._settings.poll_seconds)
+                continue
+            for job in reply.jobs:
+                await self._process(worker_id, job)
+
+    async def _process(self, worker_id: str, job: store_pb2.Job) -> None:
+        renewer = asyncio.create_task(self._renew(worker_id, job.job_id))
+        try:
+            request = await self._index(worker_id, job)
+            await self._store.call("CompleteJob", request)
+            log.info(
+                "indexed %s into %s (%d chunks)",
+                job.file_id,
+                job.collection_id,
+                len(request.chunks),
+            )
+        except Permanent as error:
+            await self._fail(worker_id, job, error.code, str(error), retry_after=0)
+        except ApiError as error:
+            if error.status in _TRANSIENT:
+                await self._fail(
+                    worker_id,
+                    job,
+                    "server_error",
+                    error.message,
+                    retry_after=backoff_seconds(job.attempt),
+                )
+            elif error.status in (404, 409) or error.code == "failed_precondition":
+                # Detached, cancelled or reclaimed meanwhile: nothing to record.
+                log.info("dropped job %d for %s: %s", job.job_id, job.file_id, error.message)
+            else:
+                await self._fail(worker_id, job, "server_error", error.message, retry_after=0)
+        except Exception:
+            log.exception("ingest of %s failed", job.file_id)
+            await self._fail(
+                worker_id,
+                job,
+                "server_error",
+                "internal error while indexing",
+                retry_after=backoff_seconds(job.attempt),
+            )
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    async def _index(self, worker_id: str, job: store_pb2.Job) -> store_pb2.CompleteJobRequest:
+        try:
+            text = extract_text(job.filename, job.content)
+        except UnsupportedFile as error:
+            raise Permanent("unsupported_file", str(error)) from None
+        except InvalidFile as error:
+            raise Permanent("invalid_file", str(error)) from None
+        strategy = ingest.strategy_from_json(json.loads(job.chunking_json or "null"))
+        info = await self._embedder.info()
+        if info.dimensions != job.dimensions or info.name != job.model:
+            raise Permanent(
+                "server_error",
+                f"the vector store was indexed with {job.model} ({job.dimensions} dims) but the "
+                f"embedder serves {info.name} ({info.dimensions} dims); create a new vector store",
+            )
+        chunks = await ingest.chunk(self._embedder, text, strategy)
+        vectors = await ingest.embed_chunks(self._embedder, chunks, self._settings.batch_size)
+        return store_pb2.CompleteJobRequest(
+            job_id=job.job_id,
+            worker_id=worker_id,
+            chunks=[store_pb2.ChunkInput(text=c.text, token_count=c.tokens) for c in chunks],
+            vectors=to_bytes(vectors),
+            dimensions=info.dimensions,
+            model=info.name,
+        )
+
+    async def _renew(self, worker_id: str, job_id: int) -> None:
+        interval = max(1.0, self._settings.lease_seconds / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._store.call(
+                    "RenewJob",
+                    store_pb2.JobRef(
+                        job_id=job_id,
+                        worker_id=worker_id,
+                        lease_seconds=self._settings.lease_seconds,
+                    ),
+                )
+            except ApiError as error:
+                log.warning("cannot renew the lease of job %d: %s", job_id, error.message)
+                if error.status < 500:
+                    return  # lost or gone: CompleteJob will be refused, nothing to keep alive
+
+    async def _fail(
+        self, worker_id: str, job: store_pb2.Job, code: str, message: str, retry_after: int
+    ) -> None:
+        request = store_pb2.FailJobRequest(
+            job_id=job.job_id,
+            worker_id=worker_id,
+            error=store_pb2.LastError(code=code, message=message),
+            retry_after_seconds=retry_after,
+        )
+        try:
+            await self._store.call("FailJob", request)
+        except ApiError as error:
+            # The lease will expire and the job be retried; nothing else to do here.
+            log.warning("cannot record the failure of job %d: %s", job.job_id, error.message)

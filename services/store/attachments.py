@@ -1,0 +1,309 @@
+"""Files in collections: attach (with its ingest job), look up, list, update, detach."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, cast
+
+import apsw
+
+from services.store import catalog, ingest
+from services.store.db import atomic
+from services.store.errors import (
+    BatchNotFound,
+    CollectionFileNotFound,
+    FileNotFound,
+    InvalidArgument,
+)
+from services.store.paging import fetch_page, unknown_cursor
+from services.store.records import (
+    AttributeValue,
+    CollectionFile,
+    LastError,
+    Page,
+    StoredChunk,
+)
+from services.store.search import chunk_public_id
+
+STATUSES = ("in_progress", "completed", "failed", "cancelled")
+# Statuses in which a file's content is (or is being) indexed: attaching it again is a no-op.
+LIVE_STATUSES = ("in_progress", "completed")
+MAX_CHUNKING_JSON = 4096
+
+_SELECT = """
+SELECT cf.file_id, cf.status, cf.created_at, f.filename, cf.attributes, cf.chunking_json,
+       cf.chunk_count, cf.usage_bytes, cf.last_error_code, cf.last_error_message,
+       coalesce(cf.batch_id, '')
+FROM collection_files AS cf JOIN files AS f ON f.id = cf.file_id
+"""
+
+
+def _to_record(
+    row: tuple[Any, ...], collection_id: str, *, deduplicated: bool = False
+) -> CollectionFile:
+    (file_id, status, created_at, filename, attributes, chunking, chunk_count, usage,
+     error_code, error_message, batch_id) = row  # fmt: skip
+    return CollectionFile(
+        file_id=file_id,
+        collection_id=collection_id,
+        status=status,
+        created_at=created_at,
+        filename=filename,
+        attributes=json.loads(attributes),
+        chunking_json=chunking,
+        chunk_count=chunk_count,
+        usage_bytes=usage,
+        last_error=LastError(error_code, error_message) if status == "failed" else None,
+        batch_id=batch_id,
+        deduplicated=deduplicated,
+    )
+
+
+def fetch(
+    conn: apsw.Connection, key: int, collection_id: str, file_id: str, *, deduplicated: bool = False
+) -> CollectionFile:
+    """The file's row in the collection (inside a transaction); raises CollectionFileNotFound."""
+    row = conn.execute(
+        f"{_SELECT} WHERE cf.collection_id = ? AND cf.file_id = ?", (key, file_id)
+    ).fetchone()
+    if row is None:
+        raise CollectionFileNotFound(collection_id, file_id)
+    return _to_record(row, collection_id, deduplicated=deduplicated)
+
+
+def check_chunking_json(chunking_json: str) -> None:
+    if not chunking_json:
+        return
+    if len(chunking_json) > MAX_CHUNKING_JSON:
+        raise InvalidArgument(f"chunking_json is longer than {MAX_CHUNKING_JSON} characters")
+    try:
+        parsed = json.loads(chunking_json)
+    except ValueError:
+        raise InvalidArgument("chunking_json is not valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgument("chunking_json must be a JSON object")
+
+
+def attach_in_transaction(
+    conn: apsw.Connection,
+    key: int,
+    collection_id: str,
+    file_id: str,
+    *,
+    attributes_json: str,
+    chunking_json: str,
+    batch_id: str | None,
+    now: int,
+) -> tuple[CollectionFile, bool]:
+    """Attaches a file with a pending job; returns the row and whether it was (re)attached.
+
+    The same file, or another with identical content, already indexed or being indexed in the
+    collection is returned as it is, marked deduplicated, with nothing written. A failed or
+    cancelled file is attached again (new settings, new job).
+    """
+    file_row = conn.execute("SELECT sha256 FROM files WHERE id = ?", (file_id,)).fetchone()
+    if file_row is None:
+        raise FileNotFound(file_id)
+    sha256: str = file_row[0]
+    existing = conn.execute(
+        "SELECT status FROM collection_files WHERE collection_id = ? AND file_id = ?",
+        (key, file_id),
+    ).fetchone()
+    if existing is not None and existing[0] in LIVE_STATUSES:
+        return fetch(conn, key, collection_id, file_id, deduplicated=True), False
+    if sha256:
+        twin = conn.execute(
+            "SELECT file_id FROM collection_files WHERE collection_id = ? AND sha256 = ?"
+            " AND file_id <> ? AND status IN ('in_progress', 'completed')"
+            " ORDER BY created_at, rowid LIMIT 1",
+            (key, sha256, file_id),
+        ).fetchone()
+        if twin is not None:
+            return fetch(conn, key, collection_id, twin[0], deduplicated=True), False
+    if existing is None:
+        conn.execute(
+            "INSERT INTO collection_files (collection_id, file_id, status, attributes,"
+            " created_at, chunking_json, batch_id, sha256)"
+            " VALUES (?, ?, 'in_progress', ?, ?, ?, ?, ?)",
+            (key, file_id, attributes_json, now, chunking_json, batch_id, sha256),
+        )
+        file_delta = 1
+    else:
+        # Failed and cancelled files hold no chunks, so the collection's totals are unchanged.
+        conn.execute(
+            "UPDATE collection_files SET status = 'in_progress', attributes = ?, created_at = ?,"
+            " chunking_json = ?, batch_id = ?, last_error_code = '', last_error_message = '',"
+            " chunk_count = 0, usage_bytes = 0 WHERE collection_id = ? AND file_id = ?",
+            (attributes_json, now, chunking_json, batch_id, key, file_id),
+        )
+        conn.execute("DELETE FROM jobs WHERE collection_id = ? AND file_id = ?", (key, file_id))
+        file_delta = 0
+    conn.execute(
+        "INSERT INTO jobs (collection_id, file_id, state, next_attempt_at, created_at)"
+        " VALUES (?, ?, 'pending', ?, ?)",
+        (key, file_id, now, now),
+    )
+    conn.execute(
+        "UPDATE collections SET file_count = file_count + ?,"
+        " last_active_at = max(last_active_at, ?) WHERE id = ?",
+        (file_delta, now, key),
+    )
+    return fetch(conn, key, collection_id, file_id), True
+
+
+def attach(
+    conn: apsw.Connection,
+    *,
+    collection_id: str,
+    file_id: str,
+    attributes: Mapping[str, AttributeValue],
+    chunking_json: str,
+    now: int,
+) -> CollectionFile:
+    attributes_json = ingest.attributes_json(attributes)
+    check_chunking_json(chunking_json)
+    with atomic(conn):
+        key, _ = catalog.lookup(conn, collection_id)
+        record, _ = attach_in_transaction(
+            conn,
+            key,
+            collection_id,
+            file_id,
+            attributes_json=attributes_json,
+            chunking_json=chunking_json,
+            batch_id=None,
+            now=now,
+        )
+    return record
+
+
+def get(conn: apsw.Connection, collection_id: str, file_id: str) -> CollectionFile:
+    with atomic(conn, write=False):
+        key, _ = catalog.lookup(conn, collection_id)
+        return fetch(conn, key, collection_id, file_id)
+
+
+def list_page(
+    conn: apsw.Connection,
+    *,
+    collection_id: str,
+    limit: int,
+    order: str,
+    after: str | None,
+    before: str | None,
+    status: str | None,
+    batch_id: str | None,
+) -> Page[CollectionFile]:
+    if status and status not in STATUSES:
+        raise InvalidArgument(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    with atomic(conn, write=False):
+        key, _ = catalog.lookup(conn, collection_id)
+        conditions = ["cf.collection_id = ?"]
+        params: list[Any] = [key]
+        if status:
+            conditions.append("cf.status = ?")
+            params.append(status)
+        if batch_id:
+            found = conn.execute(
+                "SELECT 1 FROM file_batches WHERE id = ? AND collection_id = ?", (batch_id, key)
+            ).fetchone()
+            if found is None:
+                raise BatchNotFound(collection_id, batch_id)
+            conditions.append("cf.batch_id = ?")
+            params.append(batch_id)
+        rows, has_more = fetch_page(
+            conn,
+            select=_SELECT,
+            conditions=conditions,
+            params=params,
+            sort_columns=("cf.created_at", "cf.rowid"),
+            limit=limit,
+            order=order,
+            after=_cursor(conn, key, after, "after"),
+            before=_cursor(conn, key, before, "before"),
+        )
+    return Page(items=[_to_record(row, collection_id) for row in rows], has_more=has_more)
+
+
+def _cursor(
+    conn: apsw.Connection, key: int, file_id: str | None, name: str
+) -> tuple[Any, ...] | None:
+    if not file_id:
+        return None
+    row = conn.execute(
+        "SELECT created_at, rowid FROM collection_files WHERE collection_id = ? AND file_id = ?",
+        (key, file_id),
+    ).fetchone()
+    if row is None:
+        raise unknown_cursor(name, file_id, "file id in this vector store")
+    return tuple(row)
+
+
+def update_attributes(
+    conn: apsw.Connection,
+    *,
+    collection_id: str,
+    file_id: str,
+    attributes: Mapping[str, AttributeValue],
+) -> CollectionFile:
+    """Replaces the attributes; the chunks stay, since filters read attributes at search time."""
+    attributes_json = ingest.attributes_json(attributes)
+    with atomic(conn):
+        key, _ = catalog.lookup(conn, collection_id)
+        fetch(conn, key, collection_id, file_id)
+        conn.execute(
+            "UPDATE collection_files SET attributes = ? WHERE collection_id = ? AND file_id = ?",
+            (attributes_json, key, file_id),
+        )
+        return fetch(conn, key, collection_id, file_id)
+
+
+def remove(conn: apsw.Connection, key: int, file_id: str) -> None:
+    """Removes a file's row, chunks, vectors and jobs from a collection (inside a transaction)."""
+    row = conn.execute(
+        "SELECT chunk_count, usage_bytes FROM collection_files"
+        " WHERE collection_id = ? AND file_id = ?",
+        (key, file_id),
+    ).fetchone()
+    if row is None:
+        return
+    chunk_count, usage = row
+    ingest.delete_chunks(conn, key, file_id)
+    conn.execute("DELETE FROM jobs WHERE collection_id = ? AND file_id = ?", (key, file_id))
+    conn.execute(
+        "DELETE FROM collection_files WHERE collection_id = ? AND file_id = ?", (key, file_id)
+    )
+    conn.execute(
+        "UPDATE collections SET file_count = file_count - 1, chunk_count = chunk_count - ?,"
+        " usage_bytes = usage_bytes - ? WHERE id = ?",
+        (chunk_count, usage, key),
+    )
+
+
+def detach(conn: apsw.Connection, *, collection_id: str, file_id: str) -> None:
+    with atomic(conn):
+        key, _ = catalog.lookup(conn, collection_id)
+        fetch(conn, key, collection_id, file_id)
+        remove(conn, key, file_id)
+
+
+def chunks(
+    conn: apsw.Connection, *, collection_id: str, file_id: str
+) -> tuple[CollectionFile, list[StoredChunk]]:
+    """The file's row and its stored chunks in order (none until it is completed)."""
+    with atomic(conn, write=False):
+        key, _ = catalog.lookup(conn, collection_id)
+        record = fetch(conn, key, collection_id, file_id)
+        rows = cast(
+            list[tuple[int, int, str, int]],
+            conn.execute(
+                "SELECT id, chunk_index, text, token_count FROM chunks"
+                " WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
+                (key, file_id),
+            ).fetchall(),
+        )
+    return record, [
+        StoredChunk(chunk_public_id(chunk), index, text, tokens)
+        for chunk, index, text, tokens in rows
+    ]

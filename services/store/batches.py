@@ -1,0 +1,124 @@
+"""File batches: many files attached to a collection at once, cancellable as a whole."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import cast
+
+import apsw
+
+from services.store import attachments, catalog, ingest
+from services.store.db import atomic
+from services.store.errors import BatchNotFound, FileNotFound, InvalidArgument
+from services.store.records import BatchFileInput, FileBatch, FileCounts
+
+ID_PREFIX = "vsfb_"
+MAX_BATCH_FILES = 2000
+
+
+def _load(conn: apsw.Connection, key: int, collection_id: str, batch_id: str) -> FileBatch:
+    row = conn.execute(
+        "SELECT created_at, cancelled_at FROM file_batches WHERE id = ? AND collection_id = ?",
+        (batch_id, key),
+    ).fetchone()
+    if row is None:
+        raise BatchNotFound(collection_id, batch_id)
+    created_at, cancelled_at = row
+    by_status = {
+        cast(str, status): cast(int, count)
+        for status, count in conn.execute(
+            "SELECT status, count(*) FROM collection_files WHERE batch_id = ? GROUP BY status",
+            (batch_id,),
+        )
+    }
+    counts = FileCounts(**{status: by_status.get(status, 0) for status in attachments.STATUSES})
+    if cancelled_at is not None:
+        status = "cancelled"
+    elif counts.in_progress:
+        status = "in_progress"
+    else:
+        status = "completed"
+    return FileBatch(
+        id=batch_id,
+        collection_id=collection_id,
+        created_at=created_at,
+        status=status,
+        file_counts=counts,
+    )
+
+
+def create(
+    conn: apsw.Connection,
+    *,
+    collection_id: str,
+    files: Sequence[BatchFileInput],
+    now: int,
+) -> FileBatch:
+    """Attaches every file (same deduplication as a single attach) in one transaction.
+
+    Newly attached and re-attached files record the batch; deduplicated ones keep their row.
+    """
+    if not 1 <= len(files) <= MAX_BATCH_FILES:
+        raise InvalidArgument(f"a file batch holds 1..{MAX_BATCH_FILES} files, got {len(files)}")
+    prepared = []
+    for item in files:
+        if not item.file_id:
+            raise InvalidArgument("every file in a batch needs a file_id")
+        attachments.check_chunking_json(item.chunking_json)
+        prepared.append((item, ingest.attributes_json(item.attributes)))
+    batch_id = ID_PREFIX + secrets.token_hex(12)
+    with atomic(conn):
+        key, _ = catalog.lookup(conn, collection_id)
+        for item in files:
+            found = conn.execute("SELECT 1 FROM files WHERE id = ?", (item.file_id,)).fetchone()
+            if found is None:
+                raise FileNotFound(item.file_id)
+        conn.execute(
+            "INSERT INTO file_batches (id, collection_id, created_at) VALUES (?, ?, ?)",
+            (batch_id, key, now),
+        )
+        for item, attributes_json in prepared:
+            attachments.attach_in_transaction(
+                conn,
+                key,
+                collection_id,
+                item.file_id,
+                attributes_json=attributes_json,
+                chunking_json=item.chunking_json,
+                batch_id=batch_id,
+                now=now,
+            )
+        return _load(conn, key, collection_id, batch_id)
+
+
+def get(conn: apsw.Connection, *, collection_id: str, batch_id: str) -> FileBatch:
+    with atomic(conn, write=False):
+        key, _ = catalog.lookup(conn, collection_id)
+        return _load(conn, key, collection_id, batch_id)
+
+
+def cancel(conn: apsw.Connection, *, collection_id: str, batch_id: str, now: int) -> FileBatch:
+    """Cancels the batch's files still in progress and drops their jobs.
+
+    A worker holding one of those jobs finds it gone when it renews, completes or fails it, so
+    nothing of a cancelled file is ever written. A batch with nothing left in progress is
+    returned unchanged: there is nothing to cancel.
+    """
+    with atomic(conn):
+        key, _ = catalog.lookup(conn, collection_id)
+        batch = _load(conn, key, collection_id, batch_id)
+        if batch.status != "in_progress":
+            return batch
+        conn.execute(
+            "DELETE FROM jobs WHERE collection_id = ? AND file_id IN (SELECT file_id FROM"
+            " collection_files WHERE batch_id = ? AND status = 'in_progress')",
+            (key, batch_id),
+        )
+        conn.execute(
+            "UPDATE collection_files SET status = 'cancelled'"
+            " WHERE batch_id = ? AND status = 'in_progress'",
+            (batch_id,),
+        )
+        conn.execute("UPDATE file_batches SET cancelled_at = ? WHERE id = ?", (now, batch_id))
+        return _load(conn, key, collection_id, batch_id)

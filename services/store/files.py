@@ -1,0 +1,122 @@
+"""Uploaded files: their bytes, kept until deleted, independent of any collection."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any, cast
+
+import apsw
+
+from services.store import attachments
+from services.store.db import atomic
+from services.store.errors import FileNotFound, InvalidArgument
+from services.store.paging import fetch_page, unknown_cursor
+from services.store.records import File, Page
+
+ID_PREFIX = "file-"
+
+_COLUMNS = "id, filename, bytes, created_at, purpose, sha256"
+
+
+def _to_file(row: tuple[Any, ...]) -> File:
+    file_id, filename, size, created_at, purpose, sha256 = row
+    return File(
+        id=file_id,
+        filename=filename,
+        bytes=size,
+        created_at=created_at,
+        purpose=purpose,
+        sha256=sha256,
+    )
+
+
+def lookup(conn: apsw.Connection, file_id: str) -> File:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM files WHERE id = ?", (file_id,)).fetchone()
+    if row is None:
+        raise FileNotFound(file_id)
+    return _to_file(row)
+
+
+def create(conn: apsw.Connection, *, filename: str, purpose: str, content: bytes, now: int) -> File:
+    if not filename:
+        raise InvalidArgument("filename is required")
+    if not purpose:
+        raise InvalidArgument("purpose is required, e.g. 'assistants'")
+    file = File(
+        id=ID_PREFIX + secrets.token_hex(12),
+        filename=filename,
+        bytes=len(content),
+        created_at=now,
+        purpose=purpose,
+        sha256=hashlib.sha256(content).hexdigest(),
+    )
+    with atomic(conn):
+        conn.execute(
+            "INSERT INTO files (id, filename, bytes, created_at, purpose, sha256)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (file.id, file.filename, file.bytes, file.created_at, file.purpose, file.sha256),
+        )
+        conn.execute(
+            "INSERT INTO file_contents (file_id, content) VALUES (?, ?)", (file.id, content)
+        )
+    return file
+
+
+def get(conn: apsw.Connection, file_id: str) -> File:
+    with atomic(conn, write=False):
+        return lookup(conn, file_id)
+
+
+def content(conn: apsw.Connection, file_id: str) -> tuple[File, bytes]:
+    """The file and its bytes (empty for files written by AddChunks, which keep none)."""
+    with atomic(conn, write=False):
+        file = lookup(conn, file_id)
+        row = conn.execute(
+            "SELECT content FROM file_contents WHERE file_id = ?", (file_id,)
+        ).fetchone()
+    return file, bytes(row[0]) if row is not None else b""
+
+
+def list_page(
+    conn: apsw.Connection, *, limit: int, order: str, after: str | None, purpose: str | None
+) -> Page[File]:
+    conditions: list[str] = []
+    params: list[Any] = []
+    if purpose:
+        conditions.append("purpose = ?")
+        params.append(purpose)
+    with atomic(conn, write=False):
+        cursor = None
+        if after:
+            row = conn.execute(
+                "SELECT created_at, rowid FROM files WHERE id = ?", (after,)
+            ).fetchone()
+            if row is None:
+                raise unknown_cursor("after", after, "file id")
+            cursor = tuple(row)
+        rows, has_more = fetch_page(
+            conn,
+            select=f"SELECT {_COLUMNS} FROM files",
+            conditions=conditions,
+            params=params,
+            sort_columns=("created_at", "rowid"),
+            limit=limit,
+            order=order,
+            after=cursor,
+            before=None,
+        )
+    return Page(items=[_to_file(row) for row in rows], has_more=has_more)
+
+
+def delete(conn: apsw.Connection, file_id: str) -> None:
+    """Removes the file from every collection (chunks, vectors, jobs), then the file itself."""
+    with atomic(conn):
+        lookup(conn, file_id)
+        keys = conn.execute(
+            "SELECT collection_id FROM collection_files WHERE file_id = ?", (file_id,)
+        ).fetchall()
+        for (key,) in keys:
+            attachments.remove(conn, cast(int, key), file_id)
+        conn.execute("DELETE FROM file_contents WHERE file_id = ?", (file_id,))
+        conn.execute("DELETE FROM files WHERE id = ?", (file_id,))

@@ -1,0 +1,263 @@
+"""The durable ingest queue: jobs leased to workers, completed or failed under their lease.
+
+A job is created with its file's attachment (one transaction) and is the only way a file's
+chunks get written besides AddChunks. Workers claim jobs under a lease they renew while
+working; a worker that dies stops renewing and the job is reclaimed once the lease expires.
+Completing or failing needs the lease: a worker whose job was reclaimed, retried, finished,
+cancelled or detached meanwhile writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+
+from services.common.vectors import FloatMatrix
+from services.store import attachments, catalog, ingest
+from services.store.compat import check_compatible
+from services.store.db import atomic
+from services.store.errors import InvalidArgument, JobNotFound, LeaseLost
+from services.store.records import ChunkInput, ClaimedJob, CollectionFile
+
+# Claims of one job before its file fails (worker crashes count: each reclaim is a claim).
+MAX_ATTEMPTS = 5
+MAX_CLAIM = 100
+MAX_LEASE_SECONDS = 3600
+MAX_RETRY_AFTER_SECONDS = 86400
+# Contents handed out by one claim beyond the first job (gRPC messages are capped at 64 MiB).
+MAX_CLAIM_BYTES = 32 * 1024 * 1024
+ERROR_CODES = ("server_error", "unsupported_file", "invalid_file")
+MAX_ERROR_MESSAGE = 1000
+
+# Jobs a worker may take now: due pending ones, and leases that expired (their worker died),
+# of files still in progress; oldest first. Workers poll this often, mostly finding nothing:
+# it reads only the live jobs (the partial index) and looks their files up, never scanning
+# finished jobs or every file of every collection.
+_CLAIMABLE_SQL = """
+SELECT j.id, j.collection_id, j.file_id, j.attempts, j.state, f.bytes
+FROM jobs AS j INDEXED BY jobs_live
+CROSS JOIN collection_files AS cf
+    ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id
+JOIN files AS f ON f.id = j.file_id
+WHERE j.state <> 'done' AND cf.status = 'in_progress'
+  AND ((j.state = 'pending' AND j.next_attempt_at <= ?)
+       OR (j.state = 'leased' AND j.lease_expires_at <= ?))
+ORDER BY j.id
+LIMIT ?
+"""
+
+_CLAIMED_SQL = """
+SELECT j.id, c.public_id, j.file_id, f.filename, coalesce(fc.content, x''), cf.chunking_json,
+       c.model, c.dimensions, j.attempts
+FROM jobs AS j
+JOIN collections AS c ON c.id = j.collection_id
+JOIN collection_files AS cf ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id
+JOIN files AS f ON f.id = j.file_id
+LEFT JOIN file_contents AS fc ON fc.file_id = j.file_id
+WHERE j.id = ?
+"""
+
+
+@dataclass(frozen=True)
+class _HeldJob:
+    key: int
+    file_id: str
+    attempts: int
+
+
+def _check_lease_args(worker_id: str, lease_seconds: int) -> None:
+    if not worker_id:
+        raise InvalidArgument("worker_id is required")
+    if not 1 <= lease_seconds <= MAX_LEASE_SECONDS:
+        raise InvalidArgument(f"lease_seconds must be 1..{MAX_LEASE_SECONDS}, got {lease_seconds}")
+
+
+def _fail_file(
+    conn: apsw.Connection, job_id: int, key: int, file_id: str, code: str, message: str
+) -> None:
+    conn.execute(
+        "UPDATE collection_files SET status = 'failed', last_error_code = ?,"
+        " last_error_message = ? WHERE collection_id = ? AND file_id = ?",
+        (code, message[:MAX_ERROR_MESSAGE], key, file_id),
+    )
+    conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
+
+
+def claim(
+    conn: apsw.Connection,
+    *,
+    worker_id: str,
+    max_jobs: int,
+    lease_seconds: int,
+    now: int,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> list[ClaimedJob]:
+    """Leases up to max_jobs jobs to the worker, with their files' contents.
+
+    One write transaction (taken up front) picks and leases the jobs, so concurrent claimers
+    never share one. A job whose lease expired after its last allowed attempt is not handed
+    out again: its file fails (the workers keep dying on it).
+    """
+    _check_lease_args(worker_id, lease_seconds)
+    if not 1 <= max_jobs <= MAX_CLAIM:
+        raise InvalidArgument(f"max_jobs must be 1..{MAX_CLAIM}, got {max_jobs}")
+    claimed: list[ClaimedJob] = []
+    with atomic(conn):
+        budget = MAX_CLAIM_BYTES
+        while len(claimed) < max_jobs:
+            rows: list[tuple[Any, ...]] = conn.execute(
+                _CLAIMABLE_SQL, (now, now, max_jobs - len(claimed))
+            ).fetchall()
+            if not rows:
+                break
+            for job_id, key, file_id, attempts, state, size in rows:
+                if state == "leased" and attempts >= max_attempts:
+                    message = (
+                        f"indexing was abandoned {attempts} times (its worker stopped "
+                        "responding); attach the file again to retry"
+                    )
+                    _fail_file(conn, job_id, key, file_id, "server_error", message)
+                    continue
+                if claimed and size > budget:
+                    return claimed
+                budget -= size
+                conn.execute(
+                    "UPDATE jobs SET state = 'leased', worker_id = ?, lease_expires_at = ?,"
+                    " attempts = attempts + 1 WHERE id = ?",
+                    (worker_id, now + lease_seconds, job_id),
+                )
+                row = conn.execute(_CLAIMED_SQL, (job_id,)).fetchone()
+                assert row is not None, "a claimable job has its collection, file and row"
+                claimed.append(
+                    ClaimedJob(
+                        job_id=row[0],
+                        collection_id=row[1],
+                        file_id=row[2],
+                        filename=row[3],
+                        content=bytes(row[4]),
+                        chunking_json=row[5],
+                        model=row[6],
+                        dimensions=row[7],
+                        attempt=row[8],
+                    )
+                )
+    return claimed
+
+
+def _held(conn: apsw.Connection, job_id: int, worker_id: str) -> _HeldJob:
+    """The job, if this worker holds its lease (expired but not reclaimed still counts)."""
+    row = conn.execute(
+        "SELECT j.collection_id, j.file_id, j.state, j.worker_id, j.attempts, cf.status"
+        " FROM jobs AS j JOIN collection_files AS cf"
+        " ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id WHERE j.id = ?",
+        (job_id,),
+    ).fetchone()
+    if row is None:
+        raise JobNotFound(job_id)
+    key, file_id, state, holder, attempts, status = row
+    if state == "done":
+        raise LeaseLost(f"ingest job {job_id} is already finished; drop it")
+    if state == "pending":
+        raise LeaseLost(
+            f"ingest job {job_id} is no longer leased to {worker_id!r}: its lease expired or it "
+            "failed, and it waits for another attempt; drop it"
+        )
+    if holder != worker_id:
+        raise LeaseLost(
+            f"ingest job {job_id} is leased to another worker ({holder!r}) since the lease of "
+            f"{worker_id!r} expired; drop it"
+        )
+    if status != "in_progress":
+        raise LeaseLost(f"file {file_id!r} of ingest job {job_id} is {status}; drop the job")
+    return _HeldJob(key=key, file_id=file_id, attempts=attempts)
+
+
+def renew(
+    conn: apsw.Connection, *, job_id: int, worker_id: str, lease_seconds: int, now: int
+) -> int:
+    """Extends the worker's lease; returns when it now expires."""
+    _check_lease_args(worker_id, lease_seconds)
+    with atomic(conn):
+        _held(conn, job_id, worker_id)
+        expires = now + lease_seconds
+        conn.execute("UPDATE jobs SET lease_expires_at = ? WHERE id = ?", (expires, job_id))
+    return expires
+
+
+def complete(
+    conn: apsw.Connection,
+    *,
+    job_id: int,
+    worker_id: str,
+    chunks: Sequence[ChunkInput],
+    vectors: FloatMatrix,
+    model: str,
+    now: int,
+) -> CollectionFile:
+    """Writes the file's chunks and vectors and marks it completed, all in one transaction."""
+    if not model:
+        raise InvalidArgument("model is required: name the model that produced the vectors")
+    ingest.check_chunks(chunks, vectors)
+    dimensions = int(vectors.shape[1])
+    usage = ingest.usage_bytes([chunk.text for chunk in chunks], dimensions)
+    with atomic(conn):
+        job = _held(conn, job_id, worker_id)
+        collection = catalog.lookup_key(conn, job.key)
+        check_compatible(collection, model, dimensions, query=False)
+        # An in-progress file has no chunks; this only guards against an earlier bug's leftovers.
+        ingest.delete_chunks(conn, job.key, job.file_id)
+        ingest.insert_chunks(conn, job.key, job.file_id, chunks, vectors)
+        conn.execute(
+            "UPDATE collection_files SET status = 'completed', chunk_count = ?, usage_bytes = ?,"
+            " last_error_code = '', last_error_message = ''"
+            " WHERE collection_id = ? AND file_id = ?",
+            (len(chunks), usage, job.key, job.file_id),
+        )
+        conn.execute(
+            "UPDATE collections SET chunk_count = chunk_count + ?, usage_bytes = usage_bytes + ?,"
+            " last_active_at = max(last_active_at, ?) WHERE id = ?",
+            (len(chunks), usage, now, job.key),
+        )
+        conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
+        return attachments.fetch(conn, job.key, collection.id, job.file_id)
+
+
+def fail(
+    conn: apsw.Connection,
+    *,
+    job_id: int,
+    worker_id: str,
+    code: str,
+    message: str,
+    retry_after_seconds: int,
+    now: int,
+    max_attempts: int = MAX_ATTEMPTS,
+) -> CollectionFile:
+    """Records a failed attempt: retried later if transient and attempts remain, else final.
+
+    While a file is retried it stays in_progress without a last_error (OpenAI shows errors only
+    on failed files).
+    """
+    if not worker_id:
+        raise InvalidArgument("worker_id is required")
+    if code not in ERROR_CODES:
+        raise InvalidArgument(f"error code must be one of {', '.join(ERROR_CODES)}, got {code!r}")
+    if not 0 <= retry_after_seconds <= MAX_RETRY_AFTER_SECONDS:
+        raise InvalidArgument(
+            f"retry_after_seconds must be 0..{MAX_RETRY_AFTER_SECONDS}, got {retry_after_seconds}"
+        )
+    with atomic(conn):
+        job = _held(conn, job_id, worker_id)
+        if retry_after_seconds > 0 and job.attempts < max_attempts:
+            conn.execute(
+                "UPDATE jobs SET state = 'pending', worker_id = '', lease_expires_at = 0,"
+                " next_attempt_at = ? WHERE id = ?",
+                (now + retry_after_seconds, job_id),
+            )
+        else:
+            _fail_file(conn, job_id, job.key, job.file_id, code, message)
+        collection = catalog.lookup_key(conn, job.key)
+        return attachments.fetch(conn, job.key, collection.id, job.file_id)

@@ -1,0 +1,192 @@
+"""Conversions between the store's protobuf messages and its domain values (no gRPC here)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from services.common.vectors import FloatMatrix, from_bytes
+from services.pb import store_pb2 as pb
+from services.store.errors import InvalidArgument
+from services.store.filters import MAX_DEPTH, Comparison, Compound, Filter
+from services.store.records import (
+    AttributeValue,
+    ChunkInput,
+    ClaimedJob,
+    Collection,
+    CollectionFile,
+    File,
+    FileBatch,
+    FileCounts,
+    SearchHit,
+    StoredChunk,
+)
+
+
+def decode_vectors(data: bytes, dimensions: int, count: int) -> FloatMatrix:
+    try:
+        return from_bytes(data, dimensions, count)
+    except ValueError as error:
+        raise InvalidArgument(str(error)) from None
+
+
+def chunks_from_message(chunks: list[pb.ChunkInput]) -> list[ChunkInput]:
+    return [ChunkInput(text=chunk.text, token_count=chunk.token_count) for chunk in chunks]
+
+
+def _value(message: pb.AttributeValue) -> AttributeValue | None:
+    kind = message.WhichOneof("kind")
+    if kind is None:
+        return None
+    value: AttributeValue = getattr(message, kind)
+    return value
+
+
+def attributes_from_message(
+    attributes: Mapping[str, pb.AttributeValue],
+) -> dict[str, AttributeValue]:
+    values: dict[str, AttributeValue] = {}
+    for key, message in attributes.items():
+        value = _value(message)
+        if value is None:
+            raise InvalidArgument(f"attribute {key!r} has no value")
+        values[key] = value
+    return values
+
+
+def attribute_message(value: AttributeValue) -> pb.AttributeValue:
+    if isinstance(value, bool):
+        return pb.AttributeValue(bool_value=value)
+    if isinstance(value, str):
+        return pb.AttributeValue(string_value=value)
+    return pb.AttributeValue(number_value=value)
+
+
+def _attributes_message(attributes: Mapping[str, AttributeValue]) -> dict[str, pb.AttributeValue]:
+    return {key: attribute_message(value) for key, value in attributes.items()}
+
+
+def filter_from_message(message: pb.Filter, depth: int = 0) -> Filter:
+    """The domain filter; structure is checked here only as far as conversion needs."""
+    if depth > MAX_DEPTH:
+        raise InvalidArgument(f"filters nest deeper than {MAX_DEPTH} levels")
+    kind = message.WhichOneof("kind")
+    if kind == "compound":
+        nested = tuple(filter_from_message(child, depth + 1) for child in message.compound.filters)
+        return Compound(op=message.compound.op, filters=nested)
+    if kind == "comparison":
+        comparison = message.comparison
+        values: list[AttributeValue] = []
+        for item in comparison.values:
+            value = _value(item)
+            if value is None:
+                raise InvalidArgument(f"a filter value for {comparison.key!r} is empty")
+            values.append(value)
+        single = _value(comparison.value) if comparison.HasField("value") else None
+        return Comparison(key=comparison.key, op=comparison.op, value=single, values=tuple(values))
+    raise InvalidArgument("a filter is empty: set a comparison or a compound filter")
+
+
+def file_counts_message(counts: FileCounts) -> pb.FileCounts:
+    return pb.FileCounts(
+        in_progress=counts.in_progress,
+        completed=counts.completed,
+        failed=counts.failed,
+        cancelled=counts.cancelled,
+        total=counts.total,
+    )
+
+
+def collection_message(collection: Collection) -> pb.Collection:
+    return pb.Collection(
+        id=collection.id,
+        name=collection.name,
+        created_at=collection.created_at,
+        last_active_at=collection.last_active_at,
+        metadata=collection.metadata,
+        model=collection.model,
+        dimensions=collection.dimensions,
+        chunk_count=collection.chunk_count,
+        file_count=collection.file_count,
+        usage_bytes=collection.usage_bytes,
+        file_counts=file_counts_message(collection.file_counts),
+        expires_anchor=collection.expires_anchor,
+        expires_days=collection.expires_days,
+        expires_at=collection.expires_at,
+    )
+
+
+def hit_message(hit: SearchHit) -> pb.SearchHit:
+    return pb.SearchHit(
+        chunk_id=hit.chunk_id,
+        file_id=hit.file_id,
+        filename=hit.filename,
+        text=hit.text,
+        score=hit.score,
+        attributes=_attributes_message(hit.attributes),
+        chunk_index=hit.chunk_index,
+    )
+
+
+def file_message(file: File) -> pb.File:
+    return pb.File(
+        id=file.id,
+        filename=file.filename,
+        bytes=file.bytes,
+        created_at=file.created_at,
+        purpose=file.purpose,
+        sha256=file.sha256,
+    )
+
+
+def collection_file_message(record: CollectionFile) -> pb.CollectionFile:
+    message = pb.CollectionFile(
+        file_id=record.file_id,
+        collection_id=record.collection_id,
+        status=record.status,
+        usage_bytes=record.usage_bytes,
+        created_at=record.created_at,
+        attributes=_attributes_message(record.attributes),
+        chunking_json=record.chunking_json,
+        chunk_count=record.chunk_count,
+        filename=record.filename,
+        batch_id=record.batch_id,
+        deduplicated=record.deduplicated,
+    )
+    if record.last_error is not None:
+        message.last_error.CopyFrom(
+            pb.LastError(code=record.last_error.code, message=record.last_error.message)
+        )
+    return message
+
+
+def stored_chunk_message(chunk: StoredChunk) -> pb.StoredChunk:
+    return pb.StoredChunk(
+        chunk_id=chunk.chunk_id,
+        chunk_index=chunk.chunk_index,
+        text=chunk.text,
+        token_count=chunk.token_count,
+    )
+
+
+def batch_message(batch: FileBatch) -> pb.FileBatch:
+    return pb.FileBatch(
+        id=batch.id,
+        collection_id=batch.collection_id,
+        created_at=batch.created_at,
+        status=batch.status,
+        file_counts=file_counts_message(batch.file_counts),
+    )
+
+
+def job_message(job: ClaimedJob) -> pb.Job:
+    return pb.Job(
+        job_id=job.job_id,
+        collection_id=job.collection_id,
+        file_id=job.file_id,
+        filename=job.filename,
+        content=job.content,
+        chunking_json=job.chunking_json,
+        model=job.model,
+        dimensions=job.dimensions,
+        attempt=job.attempt,
+    )

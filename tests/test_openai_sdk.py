@@ -1,0 +1,152 @@
+"""The official openai SDK against the running stack: ragd as a drop-in base_url."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import numpy as np
+import openai
+import pytest
+from openai import OpenAI
+
+from services.launcher import Stack
+
+
+@pytest.fixture(scope="module")
+def sdk(stack: Stack) -> Iterator[OpenAI]:
+    with OpenAI(base_url=stack.gateway_url + "/v1", api_key="unused", max_retries=0) as client:
+        yield client
+
+
+def text_file(name: str, text: str) -> tuple[str, io.BytesIO]:
+    return name, io.BytesIO(text.encode())
+
+
+def test_embeddings_float_and_base64(sdk: OpenAI) -> None:
+    floats = sdk.embeddings.create(
+        model="all-MiniLM-L6-v2", input=["hello world"], encoding_format="float"
+    )
+    assert len(floats.data[0].embedding) == 384
+    assert floats.usage.prompt_tokens > 0
+    # The SDK asks for base64 by default and decodes it itself.
+    default = sdk.embeddings.create(model="all-MiniLM-L6-v2", input="hello world")
+    np.testing.assert_allclose(default.data[0].embedding, floats.data[0].embedding, atol=1e-6)
+
+
+def test_files_create_retrieve_content_delete(sdk: OpenAI) -> None:
+    created = sdk.files.create(file=text_file("notes.txt", "some notes"), purpose="assistants")
+    assert created.object == "file"
+    assert created.bytes == len("some notes")
+    assert sdk.files.retrieve(created.id).filename == "notes.txt"
+    assert sdk.files.content(created.id).content == b"some notes"
+    assert sdk.files.delete(created.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        sdk.files.retrieve(created.id)
+
+
+def test_files_list_pagination(sdk: OpenAI) -> None:
+    ids = {
+        sdk.files.create(file=text_file(f"page{i}.txt", f"page {i}"), purpose="user_data").id
+        for i in range(5)
+    }
+    first = sdk.files.list(limit=2, purpose="user_data")
+    assert len(first.data) == 2
+    assert first.has_more is True
+    seen = {f.id for f in sdk.files.list(limit=2, purpose="user_data")}  # auto-paginates
+    assert ids <= seen
+
+
+def test_vector_store_lifecycle(sdk: OpenAI) -> None:
+    store = sdk.vector_stores.create(name="sdk", metadata={"team": "search"})
+    assert store.status == "completed"
+    assert sdk.vector_stores.retrieve(store.id).metadata == {"team": "search"}
+    renamed = sdk.vector_stores.update(store.id, name="sdk-renamed")
+    assert renamed.name == "sdk-renamed"
+    listed = [s.id for s in sdk.vector_stores.list(limit=100)]
+    assert store.id in listed
+    assert sdk.vector_stores.delete(store.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        sdk.vector_stores.retrieve(store.id)
+
+
+def test_upload_and_poll_then_search_with_filters(sdk: OpenAI) -> None:
+    store = sdk.vector_stores.create(name="sdk-search")
+    docs: dict[str, tuple[str, dict[str, str | float | bool]]] = {
+        "rome.txt": (
+            "Rome is the capital of Italy, founded on seven hills by the Tiber.",
+            {"country": "it", "year": 753},
+        ),
+        "paris.txt": (
+            "Paris is the capital of France; the Seine runs through its centre.",
+            {"country": "fr", "year": 250},
+        ),
+        "berlin.txt": (
+            "Berlin is the capital of Germany, on the rivers Spree and Havel.",
+            {"country": "de", "year": 1237},
+        ),
+    }
+    for name, (text, attrs) in docs.items():
+        vs_file = sdk.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=text_file(name, text), poll_interval_ms=50
+        )
+        assert vs_file.status == "completed", vs_file.last_error
+        updated = sdk.vector_stores.files.update(
+            file_id=vs_file.id, vector_store_id=store.id, attributes=attrs
+        )
+        assert updated.attributes == attrs
+    results = sdk.vector_stores.search(store.id, query="capital city on a river")
+    assert {r.filename for r in results.data} == set(docs)
+    only_old = sdk.vector_stores.search(
+        store.id,
+        query="capital city on a river",
+        filters={"type": "lt", "key": "year", "value": 1000},
+    )
+    assert {r.filename for r in only_old.data} == {"rome.txt", "paris.txt"}
+    either = sdk.vector_stores.search(
+        store.id,
+        query="capital",
+        filters={
+            "type": "or",
+            "filters": [
+                {"type": "eq", "key": "country", "value": "de"},
+                {"type": "in", "key": "country", "value": ["it"]},
+            ],
+        },
+        max_num_results=1,
+    )
+    assert len(either.data) == 1
+    assert either.data[0].filename in {"berlin.txt", "rome.txt"}
+    assert either.data[0].attributes is not None
+    strict = sdk.vector_stores.search(
+        store.id, query="capital", ranking_options={"score_threshold": 0.99}
+    )
+    assert strict.data == []
+
+
+def test_file_batch_upload_and_poll(sdk: OpenAI) -> None:
+    store = sdk.vector_stores.create(name="sdk-batch")
+    files = [
+        text_file(f"batch{i}.md", f"# Note {i}\n\nBatch document number {i}.") for i in range(6)
+    ]
+    batch = sdk.vector_stores.file_batches.upload_and_poll(
+        vector_store_id=store.id, files=files, poll_interval_ms=50
+    )
+    assert batch.status == "completed"
+    assert batch.file_counts.completed == 6
+    listed = sdk.vector_stores.file_batches.list_files(batch_id=batch.id, vector_store_id=store.id)
+    assert len(listed.data) == 6
+    assert sdk.vector_stores.retrieve(store.id).file_counts.completed == 6
+
+
+def test_deleting_a_file_removes_it_from_stores(sdk: OpenAI) -> None:
+    store = sdk.vector_stores.create(name="sdk-delete")
+    vs_file = sdk.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id,
+        file=text_file("gone.txt", "A unique passage about purple elephants."),
+        poll_interval_ms=50,
+    )
+    assert sdk.vector_stores.search(store.id, query="purple elephants").data
+    sdk.files.delete(vs_file.id)
+    assert sdk.vector_stores.search(store.id, query="purple elephants").data == []
+    assert sdk.vector_stores.retrieve(store.id).file_counts.total == 0

@@ -1,0 +1,564 @@
+"""The store's files, files in collections and file batches, against real SQLite files."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from services.store import migrations
+from services.store.db import open_database
+from services.store.errors import (
+    BatchNotFound,
+    CollectionFileNotFound,
+    CollectionNotFound,
+    FileNotFound,
+    InvalidArgument,
+    JobNotFound,
+)
+from services.store.filters import Comparison
+from services.store.records import BatchFileInput, ChunkInput, FileCounts
+from services.store.repository import Repository
+from tests.store_fixtures import (
+    MODEL,
+    FakeClock,
+    check_invariants,
+    claim_one,
+    finish,
+    open_repository,
+    unit_vectors,
+    upload,
+)
+
+DIMS = 8
+FIXTURE_V1 = Path(__file__).parent / "data" / "schema_v1.db.fixture"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def repo(tmp_path: Path, clock: FakeClock) -> Iterator[Repository]:
+    repository = open_repository(tmp_path / "ragd.db", clock=clock)
+    try:
+        yield repository
+        check_invariants(repository.path)
+    finally:
+        repository.close()
+
+
+@pytest.fixture
+def vs_id(repo: Repository) -> str:
+    return repo.create_collection("notes", MODEL, DIMS).id
+
+
+def statuses(repo: Repository, collection_id: str, **kwargs: object) -> dict[str, str]:
+    page = repo.list_collection_files(collection_id, limit=100, **kwargs)  # type: ignore[arg-type]
+    return {item.file_id: item.status for item in page.items}
+
+
+# Migrations
+
+
+def test_a_schema_v1_database_is_migrated_and_still_searchable(tmp_path: Path) -> None:
+    path = tmp_path / "ragd.db"
+    shutil.copy(FIXTURE_V1, path)
+    conn = open_database(path)
+    try:
+        assert migrations.schema_version(conn) == 1
+        vectors = {
+            int(rowid): np.frombuffer(blob, dtype="<f4")
+            for rowid, blob in conn.execute("SELECT rowid, embedding FROM vec_1")
+        }
+    finally:
+        conn.close()
+    with open_repository(path) as repo:
+        assert repo.migrate() == len(migrations.MIGRATIONS) == 2
+        (collection,) = repo.list_collections().items
+        assert (collection.name, collection.metadata) == ("fixture", {"made": "v1"})
+        assert (collection.chunk_count, collection.file_count) == (12, 3)
+        assert collection.file_counts == FileCounts(completed=3)
+        assert (collection.expires_anchor, collection.expires_at) == ("", 0)
+        for rowid, vector in vectors.items():
+            top = repo.search(collection.id, vector, k=1)[0]
+            assert top.chunk_id == f"chunk_{rowid}"
+            assert top.score == pytest.approx(1.0, abs=1e-5)
+        hits = repo.search(collection.id, vectors[1], k=20, filter=Comparison("n", "eq", value=1.0))
+        assert [hit.file_id for hit in hits] == ["file-fixture1"] * 4
+        old_file = repo.get_file("file-fixture0")
+        assert (old_file.filename, old_file.purpose, old_file.bytes) == (
+            "doc0.txt",
+            "assistants",
+            0,
+        )
+        assert repo.get_file_content("file-fixture0")[1] == b""
+        _, chunks = repo.get_collection_file_chunks(collection.id, "file-fixture2")
+        assert [chunk.text for chunk in chunks] == [f"file 2 chunk {i}" for i in range(4)]
+        # The new machinery works on the old data.
+        new = upload(repo, "new document")
+        repo.attach_file(collection.id, new.id)
+        finish(repo, claim_one(repo), chunks=1)
+        assert repo.get_collection(collection.id).file_counts == FileCounts(completed=4)
+        repo.delete_file("file-fixture0")
+        assert repo.get_collection(collection.id).chunk_count == 9
+        check_invariants(path)
+
+
+# Files
+
+
+def test_create_get_and_read_a_file(repo: Repository, clock: FakeClock) -> None:
+    content = "héllo\n".encode()
+    created = repo.create_file("notes.md", "user_data", content)
+    assert created.id.startswith("file-") and len(created.id) == 29
+    assert (created.filename, created.purpose, created.bytes) == ("notes.md", "user_data", 7)
+    assert created.sha256 == hashlib.sha256(content).hexdigest()
+    assert created.created_at == clock.now
+    assert repo.get_file(created.id) == created
+    assert repo.get_file_content(created.id) == (created, content)
+
+
+@pytest.mark.parametrize(("filename", "purpose"), [("", "assistants"), ("a.txt", "")])
+def test_create_file_needs_a_name_and_a_purpose(
+    repo: Repository, filename: str, purpose: str
+) -> None:
+    with pytest.raises(InvalidArgument):
+        repo.create_file(filename, purpose, b"x")
+    assert repo.list_files().items == []
+
+
+def test_list_files_pages_filters_by_purpose_and_orders(repo: Repository, clock: FakeClock) -> None:
+    ids = []
+    for i in range(5):
+        ids.append(repo.create_file(f"{i}.txt", "batch" if i % 2 else "assistants", b"x").id)
+        clock.now += i % 2  # pairs share a second: the insertion order breaks the tie
+
+    def listed(**kwargs: object) -> tuple[list[str], bool]:
+        page = repo.list_files(**kwargs)  # type: ignore[arg-type]
+        return [file.id for file in page.items], page.has_more
+
+    assert listed() == (ids[::-1], False)
+    assert listed(order="asc", limit=2) == (ids[:2], True)
+    assert listed(order="asc", limit=2, after=ids[1]) == (ids[2:4], True)
+    assert listed(limit=3, after=ids[2]) == ([ids[1], ids[0]], False)
+    assert listed(purpose="batch") == ([ids[3], ids[1]], False)
+    assert listed(purpose="assistants", order="asc") == ([ids[0], ids[2], ids[4]], False)
+    with pytest.raises(InvalidArgument, match="after cursor 'file-gone'"):
+        repo.list_files(after="file-gone")
+    with pytest.raises(InvalidArgument, match="limit"):
+        repo.list_files(limit=10_001)
+
+
+def test_unknown_files_are_not_found(repo: Repository, vs_id: str) -> None:
+    calls: list[Callable[[], object]] = [
+        lambda: repo.get_file("file-nope"),
+        lambda: repo.get_file_content("file-nope"),
+        lambda: repo.delete_file("file-nope"),
+        lambda: repo.attach_file(vs_id, "file-nope"),
+    ]
+    for call in calls:
+        with pytest.raises(FileNotFound, match="no file with id 'file-nope'"):
+            call()
+
+
+def test_delete_file_removes_it_from_every_collection(repo: Repository) -> None:
+    first = repo.create_collection("a", MODEL, DIMS).id
+    second = repo.create_collection("b", MODEL, DIMS).id
+    doomed, kept = upload(repo, "doomed"), upload(repo, "kept")
+    repo.attach_file(first, doomed.id)
+    repo.attach_file(first, kept.id)
+    repo.attach_file(second, doomed.id)
+    finish(repo, claim_one(repo), chunks=3)  # doomed in `first`
+    finish(repo, claim_one(repo), chunks=2)  # kept in `first`; doomed stays pending in `second`
+    repo.delete_file(doomed.id)
+    with pytest.raises(FileNotFound):
+        repo.get_file(doomed.id)
+    assert statuses(repo, first) == {kept.id: "completed"}
+    assert statuses(repo, second) == {}
+    after = repo.get_collection(first)
+    assert (after.chunk_count, after.file_count) == (2, 1)
+    hits = repo.search(first, np.ones(DIMS), k=10)
+    assert {hit.file_id for hit in hits} == {kept.id}
+    assert repo.claim_jobs("w1", max_jobs=10, lease_seconds=60) == []
+
+
+# Attaching
+
+
+def test_attach_records_the_file_and_a_job(repo: Repository, vs_id: str, clock: FakeClock) -> None:
+    file = upload(repo, "some text", filename="doc.txt")
+    clock.now += 5
+    chunking = '{"type": "static", "static": {"max_chunk_size_tokens": 100}}'
+    attached = repo.attach_file(vs_id, file.id, {"lang": "en", "year": 2024}, chunking)
+    assert (attached.file_id, attached.collection_id, attached.status) == (
+        file.id,
+        vs_id,
+        "in_progress",
+    )
+    assert (attached.filename, attached.created_at, attached.chunking_json) == (
+        "doc.txt",
+        clock.now,
+        chunking,
+    )
+    assert attached.attributes == {"lang": "en", "year": 2024}
+    assert (attached.last_error, attached.deduplicated, attached.batch_id) == (None, False, "")
+    assert repo.get_collection_file(vs_id, file.id) == attached
+    collection = repo.get_collection(vs_id)
+    assert collection.file_counts == FileCounts(in_progress=1)
+    assert (collection.file_count, collection.chunk_count, collection.last_active_at) == (
+        1,
+        0,
+        clock.now,
+    )
+    job = claim_one(repo)
+    assert (job.collection_id, job.file_id, job.filename, job.content) == (
+        vs_id,
+        file.id,
+        "doc.txt",
+        b"some text",
+    )
+    assert (job.chunking_json, job.model, job.dimensions, job.attempt) == (chunking, MODEL, DIMS, 1)
+
+
+def test_attach_checks_its_arguments(repo: Repository, vs_id: str) -> None:
+    file = upload(repo)
+    with pytest.raises(CollectionNotFound):
+        repo.attach_file("vs_nope", file.id)
+    with pytest.raises(InvalidArgument, match="chunking_json is not valid JSON"):
+        repo.attach_file(vs_id, file.id, chunking_json="{")
+    with pytest.raises(InvalidArgument, match="attribute 'n'"):
+        repo.attach_file(vs_id, file.id, {"n": float("nan")})
+    assert statuses(repo, vs_id) == {}
+
+
+def test_attaching_the_same_file_again_is_deduplicated(repo: Repository, vs_id: str) -> None:
+    file = upload(repo)
+    first = repo.attach_file(vs_id, file.id, {"v": 1})
+    again = repo.attach_file(vs_id, file.id, {"v": 2})
+    assert again == replace(first, deduplicated=True)
+    job = claim_one(repo)
+    assert repo.claim_jobs("w2", max_jobs=5, lease_seconds=60) == []  # no second job
+    completed = finish(repo, job)
+    assert repo.attach_file(vs_id, file.id, {"v": 3}) == replace(completed, deduplicated=True)
+    assert repo.get_collection(vs_id).file_counts == FileCounts(completed=1)
+
+
+def test_identical_content_is_indexed_once_per_collection(repo: Repository, vs_id: str) -> None:
+    original, copy = upload(repo, "same words"), upload(repo, "same words", filename="copy.txt")
+    repo.attach_file(vs_id, original.id)
+    returned = repo.attach_file(vs_id, copy.id, {"ignored": True})
+    assert (returned.file_id, returned.deduplicated, returned.attributes) == (original.id, True, {})
+    assert statuses(repo, vs_id) == {original.id: "in_progress"}
+    # Another collection indexes its own copy.
+    other = repo.create_collection("other", MODEL, DIMS).id
+    assert not repo.attach_file(other, copy.id).deduplicated
+
+
+@pytest.mark.parametrize("ending", ["failed", "cancelled"])
+def test_a_failed_or_cancelled_file_is_attached_again(
+    repo: Repository, vs_id: str, clock: FakeClock, ending: str
+) -> None:
+    file = upload(repo)
+    if ending == "failed":
+        repo.attach_file(vs_id, file.id, {"v": 1})
+        failed = repo.fail_job(claim_one(repo).job_id, "w1", "invalid_file", "no text")
+        assert failed.last_error is not None and failed.last_error.code == "invalid_file"
+    else:
+        batch = repo.create_file_batch(vs_id, [BatchFileInput(file.id, {"v": 1})])
+        repo.cancel_file_batch(vs_id, batch.id)
+    assert statuses(repo, vs_id) == {file.id: ending}
+    # Identical content in a failed or cancelled file does not count as indexed.
+    twin = upload(repo)
+    assert not repo.attach_file(vs_id, twin.id).deduplicated
+    repo.detach_file(vs_id, twin.id)
+    clock.now += 10
+    again = repo.attach_file(vs_id, file.id, {"v": 2}, '{"type": "auto"}')
+    assert (again.status, again.last_error, again.deduplicated) == ("in_progress", None, False)
+    assert (again.attributes, again.chunking_json, again.batch_id) == (
+        {"v": 2},
+        '{"type": "auto"}',
+        "",
+    )
+    assert again.created_at == clock.now
+    job = claim_one(repo)
+    assert (job.file_id, job.attempt) == (file.id, 1)
+    assert finish(repo, job).status == "completed"
+
+
+def test_identical_content_of_another_completed_file_wins_over_a_reattach(
+    repo: Repository, vs_id: str
+) -> None:
+    failed, twin = upload(repo), upload(repo)
+    repo.attach_file(vs_id, failed.id)
+    repo.fail_job(claim_one(repo).job_id, "w1", "server_error", "embedder down")
+    repo.attach_file(vs_id, twin.id)
+    returned = repo.attach_file(vs_id, failed.id)
+    assert (returned.file_id, returned.deduplicated) == (twin.id, True)
+    assert statuses(repo, vs_id) == {failed.id: "failed", twin.id: "in_progress"}
+
+
+# Files in a collection
+
+
+def test_list_collection_files_pages_and_filters(
+    repo: Repository, vs_id: str, clock: FakeClock
+) -> None:
+    ids = []
+    for i in range(5):
+        ids.append(repo.attach_file(vs_id, upload(repo, f"doc {i}").id).file_id)
+        clock.now += 1
+    finish(repo, claim_one(repo))  # ids[0]
+    repo.fail_job(claim_one(repo).job_id, "w1", "unsupported_file", "binary")  # ids[1]
+
+    def listed(**kwargs: object) -> tuple[list[str], bool]:
+        page = repo.list_collection_files(vs_id, **kwargs)  # type: ignore[arg-type]
+        return [item.file_id for item in page.items], page.has_more
+
+    assert listed() == (ids[::-1], False)
+    assert listed(order="asc", limit=2) == (ids[:2], True)
+    assert listed(order="asc", limit=2, after=ids[1]) == (ids[2:4], True)
+    assert listed(limit=2, before=ids[0]) == ([ids[2], ids[1]], True)
+    assert listed(status="in_progress") == (ids[:1:-1], False)
+    assert listed(status="completed") == ([ids[0]], False)
+    failed = repo.list_collection_files(vs_id, status="failed").items[0]
+    assert failed.last_error is not None
+    assert (failed.last_error.code, failed.last_error.message) == ("unsupported_file", "binary")
+    with pytest.raises(InvalidArgument, match="status must be one of"):
+        repo.list_collection_files(vs_id, status="done")
+    with pytest.raises(InvalidArgument, match="before cursor"):
+        repo.list_collection_files(vs_id, before="file-elsewhere")
+    with pytest.raises(BatchNotFound, match="vsfb_nope"):
+        repo.list_collection_files(vs_id, batch_id="vsfb_nope")
+    with pytest.raises(
+        CollectionFileNotFound, match=f"file 'file-nope' is not in vector store '{vs_id}'"
+    ):
+        repo.get_collection_file(vs_id, "file-nope")
+
+
+def test_updating_attributes_keeps_chunks_and_changes_filters(repo: Repository, vs_id: str) -> None:
+    file = upload(repo)
+    repo.attach_file(vs_id, file.id, {"team": "a"})
+    finish(repo, claim_one(repo), chunks=3)
+    _, before = repo.get_collection_file_chunks(vs_id, file.id)
+    only_b = Comparison("team", "eq", value="b")
+    assert repo.search(vs_id, np.ones(DIMS), k=10, filter=only_b) == []
+    updated = repo.update_collection_file(vs_id, file.id, {"team": "b", "n": 1.5})
+    assert (updated.attributes, updated.status, updated.chunk_count) == (
+        {"team": "b", "n": 1.5},
+        "completed",
+        3,
+    )
+    hits = repo.search(vs_id, np.ones(DIMS), k=10, filter=only_b)
+    assert len(hits) == 3 and hits[0].attributes == {"team": "b", "n": 1.5}
+    assert repo.get_collection_file_chunks(vs_id, file.id)[1] == before
+    with pytest.raises(CollectionFileNotFound):
+        repo.update_collection_file(vs_id, "file-nope", {})
+
+
+def test_chunks_of_a_file_in_order_only_once_completed(repo: Repository, vs_id: str) -> None:
+    file = upload(repo)
+    repo.attach_file(vs_id, file.id)
+    record, chunks = repo.get_collection_file_chunks(vs_id, file.id)
+    assert (record.status, chunks) == ("in_progress", [])
+    finish(repo, claim_one(repo), chunks=4)
+    record, chunks = repo.get_collection_file_chunks(vs_id, file.id)
+    assert record.chunk_count == 4
+    assert [(c.chunk_index, c.text, c.token_count) for c in chunks] == [
+        (i, f"{file.id} chunk {i}", 3) for i in range(4)
+    ]
+    hit_ids = {hit.chunk_id for hit in repo.search(vs_id, np.ones(DIMS), k=10)}
+    assert hit_ids == {chunk.chunk_id for chunk in chunks}
+
+
+def test_detach_removes_chunks_vectors_and_job(repo: Repository, vs_id: str) -> None:
+    done, pending = upload(repo, "done"), upload(repo, "pending")
+    repo.attach_file(vs_id, done.id)
+    repo.attach_file(vs_id, pending.id)
+    finish(repo, claim_one(repo), chunks=3)
+    repo.detach_file(vs_id, done.id)
+    repo.detach_file(vs_id, pending.id)
+    assert statuses(repo, vs_id) == {}
+    collection = repo.get_collection(vs_id)
+    assert (collection.chunk_count, collection.file_count, collection.usage_bytes) == (0, 0, 0)
+    assert repo.search(vs_id, np.ones(DIMS), k=10) == []
+    assert repo.claim_jobs("w1", 10, 60) == []
+    with pytest.raises(CollectionFileNotFound):
+        repo.detach_file(vs_id, done.id)
+    assert repo.get_file(done.id).id == done.id  # the file itself stays
+
+
+# Collections
+
+
+def test_file_counts_and_totals_follow_statuses(repo: Repository, vs_id: str) -> None:
+    files = [upload(repo, f"doc {i}").id for i in range(4)]
+    for file_id in files:
+        repo.attach_file(vs_id, file_id)
+    completed = finish(repo, claim_one(repo), chunks=2)
+    repo.fail_job(claim_one(repo).job_id, "w1", "invalid_file", "empty")
+    collection = repo.get_collection(vs_id)
+    assert collection.file_counts == FileCounts(in_progress=2, completed=1, failed=1)
+    assert collection.file_counts.total == collection.file_count == 4
+    assert (collection.chunk_count, collection.usage_bytes) == (2, completed.usage_bytes)
+    assert repo.list_collections().items[0] == collection
+
+
+def test_expiry_and_updates(repo: Repository, clock: FakeClock) -> None:
+    created = repo.create_collection(
+        "x", MODEL, DIMS, expires_anchor="last_active_at", expires_days=7
+    )
+    assert (created.expires_anchor, created.expires_days) == ("last_active_at", 7)
+    assert created.expires_at == clock.now + 7 * 86400
+    assert repo.get_collection(created.id) == created
+    clock.now += 100
+    repo.search(created.id, np.ones(DIMS), k=1)  # activity moves the expiry
+    assert repo.get_collection(created.id).expires_at == clock.now + 7 * 86400
+    renamed = repo.update_collection(created.id, name="y", metadata={"k": "v"})
+    assert (renamed.name, renamed.metadata, renamed.expires_days) == ("y", {"k": "v"}, 7)
+    never = repo.update_collection(created.id, expires=("", 0))
+    assert (never.name, never.expires_anchor, never.expires_at) == ("y", "", 0)
+    assert repo.update_collection(created.id) == never
+    with pytest.raises(CollectionNotFound):
+        repo.update_collection("vs_nope", name="z")
+
+
+@pytest.mark.parametrize(
+    ("anchor", "days", "message"),
+    [("created_at", 1, "anchor"), ("last_active_at", 366, "days"), ("", 3, "needs the anchor")],
+)
+def test_bad_expiry_is_rejected(repo: Repository, anchor: str, days: int, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        repo.create_collection("x", MODEL, DIMS, expires_anchor=anchor, expires_days=days)
+    collection = repo.create_collection("x", MODEL, DIMS)
+    with pytest.raises(InvalidArgument, match=message):
+        repo.update_collection(collection.id, expires=(anchor, days))
+
+
+def test_delete_collection_removes_files_jobs_and_batches(repo: Repository, vs_id: str) -> None:
+    kept = repo.create_collection("kept", MODEL, DIMS).id
+    files = [upload(repo, f"doc {i}").id for i in range(3)]
+    batch = repo.create_file_batch(vs_id, [BatchFileInput(file_id) for file_id in files])
+    repo.attach_file(kept, files[0])
+    finish(repo, claim_one(repo))
+    repo.delete_collection(vs_id)
+    assert repo.claim_jobs("w1", 10, 60)[0].collection_id == kept
+    conn = open_database(repo.path)
+    try:
+        assert conn.execute("SELECT count(*) FROM file_batches").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (1,)
+    finally:
+        conn.close()
+    assert [repo.get_file(file_id).id for file_id in files] == files
+    with pytest.raises(CollectionNotFound):
+        repo.get_file_batch(vs_id, batch.id)
+
+
+# Batches
+
+
+def test_a_batch_attaches_files_and_reports_progress(repo: Repository, vs_id: str) -> None:
+    single = upload(repo, "attached alone")
+    repo.attach_file(vs_id, single.id)
+    files = [upload(repo, f"doc {i}").id for i in range(3)]
+    batch = repo.create_file_batch(
+        vs_id,
+        [BatchFileInput(files[0], {"n": 0}, '{"type": "auto"}'), BatchFileInput(single.id)]
+        + [BatchFileInput(file_id) for file_id in files[1:]],
+    )
+    assert batch.id.startswith("vsfb_") and len(batch.id) == 29
+    assert (batch.collection_id, batch.status) == (vs_id, "in_progress")
+    assert batch.file_counts == FileCounts(in_progress=3)  # `single` was deduplicated
+    members = repo.list_collection_files(vs_id, batch_id=batch.id).items
+    assert {item.file_id for item in members} == set(files)
+    assert all(item.batch_id == batch.id for item in members)
+    assert repo.get_collection_file(vs_id, single.id).batch_id == ""
+    assert repo.get_collection_file(vs_id, files[0]).attributes == {"n": 0}
+    jobs = repo.claim_jobs("w1", max_jobs=10, lease_seconds=60)
+    assert [job.file_id for job in jobs] == [single.id, *files]  # oldest first
+    for job in jobs[:3]:
+        finish(repo, job)
+    repo.fail_job(jobs[3].job_id, "w1", "invalid_file", "empty")
+    done = repo.get_file_batch(vs_id, batch.id)
+    assert (done.status, done.file_counts) == ("completed", FileCounts(completed=2, failed=1))
+    assert (
+        repo.list_collection_files(vs_id, batch_id=batch.id, status="failed").items[0].file_id
+        == files[2]
+    )
+
+
+def test_a_batch_with_a_missing_file_writes_nothing(repo: Repository, vs_id: str) -> None:
+    present = upload(repo)
+    items = [BatchFileInput(present.id), BatchFileInput("file-gone1"), BatchFileInput("file-gone2")]
+    with pytest.raises(FileNotFound, match="file-gone1"):
+        repo.create_file_batch(vs_id, items)
+    assert statuses(repo, vs_id) == {}
+    assert repo.claim_jobs("w1", 10, 60) == []
+
+
+@pytest.mark.parametrize("count", [0, 2001])
+def test_a_batch_holds_1_to_2000_files(repo: Repository, vs_id: str, count: int) -> None:
+    with pytest.raises(InvalidArgument, match=r"1\.\.2000 files"):
+        repo.create_file_batch(vs_id, [BatchFileInput("file-x")] * count)
+
+
+def test_cancel_a_batch(repo: Repository, vs_id: str) -> None:
+    files = [upload(repo, f"doc {i}").id for i in range(3)]
+    batch = repo.create_file_batch(vs_id, [BatchFileInput(file_id) for file_id in files])
+    finish(repo, claim_one(repo))
+    held = claim_one(repo, worker="w2")
+    cancelled = repo.cancel_file_batch(vs_id, batch.id)
+    assert (cancelled.status, cancelled.file_counts) == (
+        "cancelled",
+        FileCounts(completed=1, cancelled=2),
+    )
+    assert repo.get_file_batch(vs_id, batch.id) == cancelled
+    assert repo.cancel_file_batch(vs_id, batch.id) == cancelled
+    assert statuses(repo, vs_id) == {
+        files[0]: "completed",
+        files[1]: "cancelled",
+        files[2]: "cancelled",
+    }
+    assert repo.claim_jobs("w1", 10, 60) == []
+    with pytest.raises(JobNotFound):
+        finish(repo, held, worker="w2")
+    assert repo.get_collection(vs_id).chunk_count == 2
+
+
+def test_cancelling_a_finished_batch_changes_nothing(repo: Repository, vs_id: str) -> None:
+    batch = repo.create_file_batch(vs_id, [BatchFileInput(upload(repo).id)])
+    finish(repo, claim_one(repo))
+    assert repo.cancel_file_batch(vs_id, batch.id).status == "completed"
+
+
+def test_batches_belong_to_their_collection(repo: Repository, vs_id: str) -> None:
+    batch = repo.create_file_batch(vs_id, [BatchFileInput(upload(repo).id)])
+    other = repo.create_collection("other", MODEL, DIMS).id
+    for call in (repo.get_file_batch, repo.cancel_file_batch):
+        with pytest.raises(BatchNotFound, match=batch.id):
+            call(other, batch.id)
+    with pytest.raises(BatchNotFound):
+        repo.get_file_batch(vs_id, "vsfb_nope")
+
+
+# AddChunks, the direct path, next to the jobs
+
+
+def test_add_chunks_over_an_attached_file_completes_it_and_drops_its_job(
+    repo: Repository, vs_id: str
+) -> None:
+    file = upload(repo)
+    repo.attach_file(vs_id, file.id)
+    vectors = unit_vectors(np.random.default_rng(3), 2, DIMS)
+    repo.add_chunks(
+        vs_id, file.id, "a.txt", {"k": 1}, [ChunkInput("a"), ChunkInput("b")], vectors, MODEL
+    )
+    assert statuses(repo, vs_id) == {file.id: "completed"}
+    assert repo.claim_jobs("w1", 10, 60) == []
+    assert repo.get_collection(vs_id).file_count == 1

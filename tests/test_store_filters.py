@@ -1,0 +1,280 @@
+"""Attribute filters: validation, the SQL they compile to, and filtered search being exact."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import apsw
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.store.errors import InvalidArgument
+from services.store.filters import (
+    MAX_DEPTH,
+    ORDER_OPS,
+    Comparison,
+    Compound,
+    Filter,
+    compile_filter,
+    matches,
+)
+from services.store.ingest import attributes_json
+from services.store.records import AttributeValue, ChunkInput
+from services.store.repository import Repository
+from tests.store_fixtures import MODEL, check_invariants, open_repository, unit_vectors, upload
+
+Attributes = dict[str, AttributeValue]
+
+
+def eq(key: str, value: AttributeValue) -> Comparison:
+    return Comparison(key, "eq", value=value)
+
+
+# The reference semantics
+
+
+ATTRIBUTES: Attributes = {"s": "b", "n": 2, "f": 2.5, "t": True, "e": ""}
+
+
+@pytest.mark.parametrize(
+    ("node", "expected"),
+    [
+        (eq("s", "b"), True),
+        (eq("n", 2.0), True),  # ints and floats are one number type
+        (eq("t", True), True),
+        (eq("t", 1), False),  # a number never equals a boolean
+        (eq("n", "2"), False),  # nor a string
+        (eq("e", ""), True),
+        (eq("missing", "b"), False),
+        (Comparison("missing", "ne", value="b"), True),
+        (Comparison("s", "ne", value=2), True),
+        (Comparison("n", "gt", value=1.5), True),
+        (Comparison("n", "gte", value=2), True),
+        (Comparison("f", "lt", value=2.5), False),
+        (Comparison("s", "gt", value="a"), True),
+        (Comparison("s", "lt", value="ab"), False),
+        (Comparison("s", "gt", value=1), False),  # ordering never crosses types
+        (Comparison("t", "gt", value=0), False),
+        (Comparison("missing", "lt", value=1), False),
+        (Comparison("n", "in", values=("x", 2)), True),
+        (Comparison("n", "in", values=("2", True)), False),
+        (Comparison("missing", "nin", values=("x",)), True),
+        (Comparison("s", "nin", values=("a", "b")), False),
+        (Compound("and", (eq("s", "b"), eq("n", 3))), False),
+        (Compound("or", (eq("s", "b"), eq("n", 3))), True),
+        (Compound("and", (Compound("or", (eq("x", 1), eq("t", True))),)), True),
+    ],
+)
+def test_matches_reference(node: Filter, expected: bool) -> None:
+    assert matches(node, ATTRIBUTES) is expected
+    assert evaluate_sql(node, ATTRIBUTES) is expected
+
+
+def nested(depth: int) -> Filter:
+    node: Filter = eq("a", 1)
+    for _ in range(depth):
+        node = Compound("and", (node,))
+    return node
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        (Compound("and", ()), "at least one nested filter"),
+        (Compound("xor", (eq("a", 1),)), "'and' or 'or'"),
+        (Comparison("a", "like", value="x"), "filter type must be one of"),
+        (Comparison("", "eq", value="x"), "non-empty attribute name"),
+        (Comparison("a", "eq"), "needs a value"),
+        (Comparison("a", "gt", value=True), "not a boolean"),
+        (Comparison("a", "in", values=()), "non-empty list"),
+        (Comparison("a", "nin", values=(1, float("nan"))), "finite number"),
+        (Comparison("a", "eq", value=float("inf")), "finite number"),
+        (Comparison("a", "in", values=tuple(range(1001))), "at most 1000"),
+        (nested(MAX_DEPTH + 1), f"deeper than {MAX_DEPTH}"),
+    ],
+)
+def test_malformed_filters_are_invalid(node: Filter, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        compile_filter(node)
+
+
+def test_the_deepest_allowed_filter_compiles() -> None:
+    _, params = compile_filter(nested(MAX_DEPTH))
+    assert params == ["a", 1]
+    assert evaluate_sql(nested(MAX_DEPTH), {"a": 1}) is True
+
+
+def test_keys_and_values_are_parameters_never_sql() -> None:
+    hostile = "x') OR 1=1 --"
+    node = Compound("or", (eq(hostile, hostile), Comparison("$.a", "in", values=(hostile, 1))))
+    sql, params = compile_filter(node)
+    assert hostile not in sql and "$.a" not in sql
+    assert params == [hostile, hostile, "$.a", hostile, 1]
+    assert evaluate_sql(node, {"other": "x"}) is False
+    assert evaluate_sql(node, {hostile: hostile}) is True
+    assert evaluate_sql(node, {"$.a": 1}) is True
+
+
+# Property: the SQL agrees with the reference on any attributes and filter.
+
+KEYS = ("a", "b", "c")
+POOL_STRINGS = ("", "x", "y", "xy", "é", "Z", "\U0001f600")
+POOL_NUMBERS = (-2, -1.5, 0, 0.0, 0.5, 1, 1.0, 2, 2.5, 10**15)
+
+strings = st.one_of(
+    st.sampled_from(POOL_STRINGS), st.text(st.characters(exclude_categories=["Cs"]), max_size=3)
+)
+numbers = st.one_of(
+    st.sampled_from(POOL_NUMBERS),
+    st.integers(-(2**53), 2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+filter_keys = st.sampled_from((*KEYS, "d"))
+
+
+def filter_strategy(orderable: st.SearchStrategy[Any]) -> st.SearchStrategy[Filter]:
+    values = st.one_of(orderable, st.booleans())
+    comparisons = st.one_of(
+        st.builds(Comparison, filter_keys, st.sampled_from(("eq", "ne")), value=values),
+        st.builds(Comparison, filter_keys, st.sampled_from(ORDER_OPS), value=orderable),
+        st.builds(
+            Comparison,
+            filter_keys,
+            st.sampled_from(("in", "nin")),
+            values=st.lists(values, min_size=1, max_size=3).map(tuple),
+        ),
+    )
+    return st.recursive(
+        comparisons,
+        lambda children: st.builds(
+            Compound,
+            st.sampled_from(("and", "or")),
+            st.lists(children, min_size=1, max_size=3).map(tuple),
+        ),
+        max_leaves=8,
+    )
+
+
+def attributes_strategy(orderable: st.SearchStrategy[Any]) -> st.SearchStrategy[Attributes]:
+    values = st.one_of(orderable, st.booleans())
+    return st.dictionaries(st.sampled_from(KEYS), values, max_size=len(KEYS))
+
+
+# Any values, for the semantics; values from a small pool, so that filters often match some
+# files but not all, for search.
+any_orderable = st.one_of(strings, numbers)
+pool_orderable = st.sampled_from(("", "x", "é", 0, 1, 2.5))
+
+_SQL_CONNECTION = apsw.Connection(":memory:")
+
+
+def evaluate_sql(node: Filter, attributes: Attributes) -> bool:
+    sql, params = compile_filter(node)
+    # The filter's placeholders come first in the statement's text, the attributes' last.
+    row = _SQL_CONNECTION.execute(
+        f"SELECT {sql} FROM (SELECT ? AS attributes) AS cf", (*params, attributes_json(attributes))
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(node=filter_strategy(any_orderable), attributes=attributes_strategy(any_orderable))
+def test_compiled_sql_agrees_with_the_reference(node: Filter, attributes: Attributes) -> None:
+    assert evaluate_sql(node, attributes) is matches(node, attributes)
+
+
+# Property: filtered search is the exact top-k among the matching chunks.
+
+DIMS = 8
+FILES = 40
+
+
+@dataclass
+class Corpus:
+    repo: Repository
+    collection_id: str
+    file_ids: list[str]
+    # Per chunk: its public id, its file's index and its vector.
+    chunk_ids: list[str]
+    chunk_files: npt.NDArray[np.int64]
+    vectors: npt.NDArray[np.float32]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    rng = np.random.default_rng(11)
+    path = tmp_path_factory.mktemp("filters") / "ragd.db"
+    with open_repository(path) as repo:
+        collection_id = repo.create_collection("filters", MODEL, DIMS).id
+        file_ids = [upload(repo, f"doc {i}").id for i in range(FILES)]
+        for file_id in file_ids:
+            repo.attach_file(collection_id, file_id)
+        chunk_ids: list[str] = []
+        chunk_files: list[int] = []
+        blocks = []
+        for index, job in enumerate(repo.claim_jobs("w1", max_jobs=FILES, lease_seconds=600)):
+            count = int(rng.integers(1, 14))
+            block = unit_vectors(rng, count, DIMS)
+            chunks = [f"{job.file_id} {i}" for i in range(count)]
+            repo.complete_job(job.job_id, "w1", [ChunkInput(text) for text in chunks], block, MODEL)
+            _, stored = repo.get_collection_file_chunks(collection_id, job.file_id)
+            assert job.file_id == file_ids[index]
+            chunk_ids += [chunk.chunk_id for chunk in stored]
+            chunk_files += [index] * count
+            blocks.append(block)
+        # Files still in progress hold no chunks, whatever their attributes.
+        for i in range(2):
+            repo.attach_file(collection_id, upload(repo, f"pending {i}").id, {"a": "x"})
+        yield Corpus(
+            repo,
+            collection_id,
+            file_ids,
+            chunk_ids,
+            np.array(chunk_files),
+            np.concatenate(blocks),
+        )
+        check_invariants(path)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    node=filter_strategy(pool_orderable),
+    file_attributes=st.lists(attributes_strategy(pool_orderable), min_size=FILES, max_size=FILES),
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(1, 400),
+)
+def test_filtered_search_is_the_exact_top_k_of_the_matches(
+    corpus: Corpus, node: Filter, file_attributes: list[Attributes], seed: int, k: int
+) -> None:
+    repo = corpus.repo
+    for file_id, attributes in zip(corpus.file_ids, file_attributes, strict=True):
+        repo.update_collection_file(corpus.collection_id, file_id, attributes)
+    query = unit_vectors(np.random.default_rng(seed), 1, DIMS)[0]
+    hits = repo.search(corpus.collection_id, query, k=k, filter=node)
+
+    matching_files = [matches(node, attributes) for attributes in file_attributes]
+    candidates = np.flatnonzero(np.array(matching_files)[corpus.chunk_files])
+    scores = (1.0 + corpus.vectors[candidates].astype(np.float64) @ query) / 2.0
+    ranked = candidates[np.argsort(-scores, kind="stable")]
+    expected_scores = np.sort(scores)[::-1][:k]
+    score_of = dict(zip(candidates.tolist(), scores.tolist(), strict=True))
+    index_of = {chunk_id: i for i, chunk_id in enumerate(corpus.chunk_ids)}
+
+    assert len(hits) == min(k, len(candidates))
+    got = [index_of[hit.chunk_id] for hit in hits]
+    assert len(set(got)) == len(got)
+    for hit, chunk in zip(hits, got, strict=True):
+        assert chunk in score_of, f"{hit.chunk_id} does not match the filter"
+        assert hit.attributes == file_attributes[corpus.chunk_files[chunk]]
+        assert hit.score == pytest.approx(score_of[chunk], abs=1e-5)
+    # Rank by rank the scores are the best ones: the result is the top-k up to exact ties.
+    np.testing.assert_allclose([hit.score for hit in hits], expected_scores, atol=1e-5)
+    gaps = np.diff(np.sort(scores)[::-1][: k + 1])
+    if gaps.size == 0 or np.abs(gaps).min() > 1e-5:
+        assert got == ranked[:k].tolist()
