@@ -12,6 +12,7 @@ from services.launcher import Stack
 from tests.harness import started_stack
 
 KEY = "test-key-123"
+UPLOAD_LIMIT = 100_000
 
 
 def wait_ready(client: httpx.Client, timeout: float = 15.0) -> None:
@@ -24,7 +25,11 @@ def wait_ready(client: httpx.Client, timeout: float = 15.0) -> None:
 
 @pytest.fixture(scope="module")
 def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from started_stack(tmp_path_factory.mktemp("own"), RAGD_API_KEYS=f"other,{KEY}")
+    yield from started_stack(
+        tmp_path_factory.mktemp("own"),
+        RAGD_API_KEYS=f"other,{KEY}",
+        RAGD_MAX_UPLOAD_BYTES=str(UPLOAD_LIMIT),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +79,45 @@ def test_store_down_gives_503(own_stack: Stack, authed: httpx.Client) -> None:
         own_stack.start_service("store")
     wait_ready(authed)
     assert authed.post("/v1/vector_stores", json={"name": "x"}).status_code == 200
+
+
+def test_uploads_over_the_limit_are_413(authed: httpx.Client) -> None:
+    big = b"x" * (UPLOAD_LIMIT + 1)
+    for path, data in (
+        ("/v1/files", {"purpose": "assistants"}),
+        ("/v1/vector_stores/vs_x/files", {}),
+    ):
+        response = authed.post(path, files={"file": ("big.txt", big)}, data=data)
+        assert response.status_code == 413, response.text
+        assert str(UPLOAD_LIMIT) in response.json()["error"]["message"]
+    store = authed.post("/v1/vector_stores", json={"name": "limits"}).json()["id"]
+    text = {"text": "y" * (UPLOAD_LIMIT + 1), "filename": "big.txt"}
+    assert authed.post(f"/v1/vector_stores/{store}/files", json=text).status_code == 413
+
+
+def test_ingest_waits_out_an_embedder_outage(own_stack: Stack, authed: httpx.Client) -> None:
+    store = authed.post("/v1/vector_stores", json={"name": "outage"}).json()["id"]
+    own_stack.children["embedder"].kill()
+    try:
+        attached = authed.post(
+            f"/v1/vector_stores/{store}/files",
+            json={"text": "Written while the embedder was down.", "filename": "late.txt"},
+        ).json()
+        assert attached["status"] == "in_progress"
+        time.sleep(2.0)
+        status = authed.get(f"/v1/vector_stores/{store}/files/{attached['id']}").json()
+        assert status["status"] == "in_progress"
+        assert status["last_error"] is None
+    finally:
+        own_stack.start_service("embedder")
+    deadline = time.monotonic() + 60
+    while (
+        authed.get(f"/v1/vector_stores/{store}/files/{attached['id']}").json()["status"]
+        == "in_progress"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    done = authed.get(f"/v1/vector_stores/{store}/files/{attached['id']}").json()
+    assert done["status"] == "completed", done
+    hits = authed.post(f"/v1/vector_stores/{store}/search", json={"query": "embedder down"})
+    assert hits.json()["data"][0]["filename"] == "late.txt"
