@@ -39,13 +39,18 @@ class Child:
 
     def stop(self, timeout: float = 10.0) -> int | None:
         if self.alive():
-            self.process.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+    def terminate(self) -> None:
+        """Asks the process to stop (SIGTERM) without waiting for it."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         if self.alive():
@@ -58,15 +63,17 @@ class Child:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def spawn(name: str, env: Mapping[str, str], log_path: Path | None = None) -> Child:
-    """Starts `python -m services.<name>`; output goes to log_path or is inherited."""
+def spawn(
+    name: str, env: Mapping[str, str], log_path: Path | None = None, module: str | None = None
+) -> Child:
+    """Starts `python -m services.<module or name>`; output goes to log_path or is inherited."""
     out: IO[bytes] | None = None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         out = open(log_path, "ab")  # noqa: SIM115 - the child owns it for its lifetime
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"],
+            [sys.executable, "-m", f"services.{module or name}"],
             env={**os.environ, **env},
             stdout=out,
             stderr=subprocess.STDOUT if out else None,
@@ -117,40 +124,70 @@ def wait_http_ok(child: Child, url: str, timeout: float) -> None:
 
 @dataclass
 class Stack:
-    """The three services on the given ports, sharing one environment."""
+    """The three services on the given ports, sharing one environment.
+
+    `replicas` adds embedder processes (child name -> listen address) started after the
+    first one; RAGD_EMBEDDER_TARGET should then list them all.
+    """
 
     env: dict[str, str]
     log_dir: Path | None = None
     children: dict[str, Child] = field(default_factory=dict)
+    replicas: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def embedders(self) -> dict[str, str]:
+        """Every embedder's child name and listen address."""
+        return {"embedder": self.env["RAGD_EMBEDDER_LISTEN"], **self.replicas}
 
     @property
     def gateway_url(self) -> str:
         host = self.env.get("RAGD_HOST", "127.0.0.1")
         return f"http://{host}:{self.env.get('RAGD_PORT', '8000')}"
 
+    @property
+    def ingest_target(self) -> str:
+        """The gateway's gRPC bulk-ingest address (RAGD_INGEST_LISTEN)."""
+        return self.env.get("RAGD_INGEST_LISTEN", "127.0.0.1:50053")
+
     def _log(self, name: str) -> Path | None:
         return self.log_dir / f"{name}.log" if self.log_dir else None
 
     def start_service(self, name: str, timeout: float = 120.0) -> Child:
-        child = spawn(name, self.env, self._log(name))
+        """Starts (or restarts) a service or an embedder replica by its child name."""
+        if name in self.replicas:
+            listen = self.replicas[name]
+            env = {**self.env, "RAGD_EMBEDDER_LISTEN": listen}
+            child = spawn(name, env, self._log(name), module="embedder")
+        else:
+            child = spawn(name, self.env, self._log(name))
         self.children[name] = child
         if name == "gateway":
             wait_http_ok(child, self.gateway_url + "/health", timeout)
         else:
-            listen = self.env[f"RAGD_{name.upper()}_LISTEN"]
+            listen = self.replicas.get(name) or self.env[f"RAGD_{name.upper()}_LISTEN"]
             wait_grpc_serving(child, listen, timeout)
         return child
 
     def start(self, timeout: float = 120.0) -> None:
         try:
             for name in SERVICES:
+                if name == "gateway":
+                    for replica in self.replicas:
+                        self.start_service(replica, timeout)
                 self.start_service(name, timeout)
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
-        for name in reversed(SERVICES):
-            child = self.children.get(name)
-            if child is not None:
-                child.stop()
+        # The gateway first, so that it never sees its backends vanish while still serving;
+        # then the rest together, since each may spend a while draining.
+        gateway = self.children.get("gateway")
+        if gateway is not None:
+            gateway.stop()
+        rest = [child for name, child in self.children.items() if name != "gateway"]
+        for child in rest:
+            child.terminate()
+        for child in rest:
+            child.stop()

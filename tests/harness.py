@@ -34,6 +34,7 @@ def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
         "RAGD_MODEL_PATH": str(MODEL_PATH),
         "RAGD_HOST": "127.0.0.1",
         "RAGD_PORT": str(free_port()),
+        "RAGD_INGEST_LISTEN": f"127.0.0.1:{free_port()}",
         # Two services share the machine's two cores with the test process.
         "RAGD_EMBEDDER_THREADS": "2",
     }
@@ -41,8 +42,13 @@ def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
     return env
 
 
-def started_stack(tmp: Path, **overrides: str) -> Iterator[Stack]:
-    stack = Stack(stack_env(tmp, **overrides), log_dir=tmp / "logs")
+def started_stack(tmp: Path, embedders: int = 1, **overrides: str) -> Iterator[Stack]:
+    """A running stack; `embedders` > 1 starts replicas, all in RAGD_EMBEDDER_TARGET."""
+    env = stack_env(tmp, **overrides)
+    replicas = {f"embedder-{n}": f"127.0.0.1:{free_port()}" for n in range(2, embedders + 1)}
+    if replicas and "RAGD_EMBEDDER_TARGET" not in overrides:
+        env["RAGD_EMBEDDER_TARGET"] = ",".join([env["RAGD_EMBEDDER_LISTEN"], *replicas.values()])
+    stack = Stack(env, log_dir=tmp / "logs", replicas=replicas)
     stack.start()
     try:
         yield stack

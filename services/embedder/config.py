@@ -13,6 +13,14 @@ RAGD_EMBEDDER_TRUNCATE      what to do with inputs over the model's limit when t
 RAGD_EMBEDDER_BATCH_TOKENS  most tokens per forward pass (default 512; at least the model's
                             input limit, 256 for all-MiniLM-L6-v2).
 RAGD_EMBEDDER_BATCH_INPUTS  most inputs per forward pass (default 32).
+RAGD_EMBEDDER_MAX_WAIT_MS   longest a queued input waits for a fuller pass (default 10).
+RAGD_EMBEDDER_QUEUE_TOKENS  queued tokens beyond which Embed answers RESOURCE_EXHAUSTED
+                            (default 65536, some 10-30 s of work on 2 cores).
+RAGD_EMBEDDER_DRAIN_SECONDS on SIGTERM, how long to report NOT_SERVING while still serving,
+                            so that health-checking clients move away first (default 1).
+RAGD_EMBEDDER_MAX_CONNECTION_AGE  seconds after which clients are asked (GOAWAY) to reconnect,
+                            which makes DNS-resolving clients discover new replicas (default
+                            300; 0: never).
 RAGD_LOG_LEVEL              default INFO.
 """
 
@@ -38,6 +46,12 @@ class EmbedderConfig:
     truncate: bool = False
     batch_tokens: int = 512
     batch_inputs: int = 32
+    # Batching and back-pressure (see batcher.py).
+    max_wait_ms: float = 10.0
+    queue_tokens: int = 65536
+    # Graceful shutdown and replica discovery (see server.py).
+    drain_seconds: float = 1.0
+    max_connection_age: float = 300.0
     log_level: str = "INFO"
 
     @classmethod
@@ -55,6 +69,12 @@ class EmbedderConfig:
             truncate=policy == "truncate",
             batch_tokens=env.int("EMBEDDER_BATCH_TOKENS", cls.batch_tokens, minimum=1),
             batch_inputs=env.int("EMBEDDER_BATCH_INPUTS", cls.batch_inputs, minimum=1),
+            max_wait_ms=_duration(env, "EMBEDDER_MAX_WAIT_MS", cls.max_wait_ms),
+            queue_tokens=env.int("EMBEDDER_QUEUE_TOKENS", cls.queue_tokens, minimum=1),
+            drain_seconds=_duration(env, "EMBEDDER_DRAIN_SECONDS", cls.drain_seconds),
+            max_connection_age=_duration(
+                env, "EMBEDDER_MAX_CONNECTION_AGE", cls.max_connection_age
+            ),
             log_level=env.str("LOG_LEVEL", cls.log_level),
         )
         if not config.model_path.is_file():
@@ -63,3 +83,11 @@ class EmbedderConfig:
                 "or set RAGD_MODEL_PATH to a GGUF embedding model"
             )
         return config
+
+
+def _duration(env: Env, name: str, default: float) -> float:
+    """A duration (in the variable's unit): a number, zero or more."""
+    value = env.float(name, default)
+    if not 0 <= value < float("inf"):
+        raise ConfigError(f"RAGD_{name} must be a number, zero or more, got {value}")
+    return value

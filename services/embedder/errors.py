@@ -29,7 +29,7 @@ class InputTooLong(EmbedderError):
     def __init__(self, index: int, tokens: int, limit: int) -> None:
         super().__init__(
             f"input {index} has {tokens} tokens but the model accepts at most {limit}; "
-            "shorten it or ask for truncation"
+            "shorten it or allow truncation"
         )
         self.index = index
         self.tokens = tokens

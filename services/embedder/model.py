@@ -49,6 +49,13 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class Prepared:
+    # Token ids per input, truncated when allowed, [CLS] and [SEP] included.
+    inputs: list[list[int]]
+    truncated: list[bool]
+
+
+@dataclass(frozen=True)
 class EmbedResult:
     # (len(texts), dimensions) float32, each row L2-normalized, in input order.
     vectors: FloatMatrix
@@ -185,14 +192,16 @@ class EmbeddingModel:
             raise InvalidInput(index, "is not valid UTF-8 (it contains a lone surrogate)") from None
         return self._llm.tokenize(data, add_bos=True, special=False)
 
-    def embed(self, texts: Sequence[str], truncate: bool = False) -> EmbedResult:
-        """Unit vectors for `texts`, in order.
+    def prepare(self, texts: Sequence[str], truncate: bool = False) -> Prepared:
+        """Validates and tokenizes `texts` for `forward`, applying the truncation policy.
 
         Raises EmptyInput for no texts or an empty string, InvalidInput for text that is not
         valid UTF-8, and InputTooLong for an input over max_input_tokens unless `truncate`,
         which keeps the first max_input_tokens - 1 tokens and the final [SEP] (as the
         reference sentence-transformers tokenizer does). Whitespace-only text is embedded, as
         [CLS] [SEP], like the reference does: it is not empty, only uninformative.
+
+        Only reads the vocabulary, so it may run on another thread while `forward` runs.
         """
         if not texts:
             raise EmptyInput()
@@ -211,18 +220,29 @@ class EmbeddingModel:
                 ids = ids[: limit - 1] + ids[-1:]
             inputs.append(ids)
             truncated.append(too_long)
-        return self._embed_tokens(inputs, truncated)
+        return Prepared(inputs, truncated)
 
-    def _embed_tokens(self, inputs: list[list[int]], truncated: list[bool]) -> EmbedResult:
+    def embed(self, texts: Sequence[str], truncate: bool = False) -> EmbedResult:
+        """Unit vectors for `texts`, in order, in as few passes as the limits allow.
+
+        Errors as for `prepare`. The server batches across requests instead (batcher.py).
+        """
+        prepared = self.prepare(texts, truncate)
+        inputs = prepared.inputs
         vectors = np.empty((len(inputs), self.info.dimensions), dtype=np.float32)
         lengths = [len(ids) for ids in inputs]
         for group in pack(lengths, self.info.max_batch_tokens, self.info.max_batch_inputs):
-            vectors[group] = self._forward([inputs[i] for i in group])
+            vectors[group] = self.forward([inputs[i] for i in group])
+        return EmbedResult(vectors=vectors, token_counts=lengths, truncated=prepared.truncated)
+
+    def forward(self, sequences: Sequence[Sequence[int]]) -> FloatMatrix:
+        """Unit vectors for token sequences that fit one pass (RuntimeError if they do not)."""
+        vectors = self._forward(sequences)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors /= np.maximum(norms, np.float32(1e-12))
-        return EmbedResult(vectors=vectors, token_counts=lengths, truncated=truncated)
+        return vectors
 
-    def _forward(self, sequences: list[list[int]]) -> FloatMatrix:
+    def _forward(self, sequences: Sequence[Sequence[int]]) -> FloatMatrix:
         """One llama.cpp pass over `sequences` (sequence i gets seq_id i); pooled, unnormalized."""
         batch = self._batch
         if batch is None:
@@ -230,7 +250,11 @@ class EmbeddingModel:
         total = sum(len(ids) for ids in sequences)
         # The guard that keeps llama.cpp from aborting the process (see the module docstring).
         if total > self.info.max_batch_tokens or len(sequences) > self.info.max_batch_inputs:
-            raise RuntimeError(f"a pass of {total} tokens exceeds the micro-batch")
+            raise RuntimeError(
+                f"a pass of {len(sequences)} inputs and {total} tokens exceeds the micro-batch"
+            )
+        if not sequences or not all(sequences):
+            raise RuntimeError("a pass needs at least one input and no input can be empty")
         position = 0
         for seq_id, ids in enumerate(sequences):
             for offset, token in enumerate(ids):

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import grpc
+from grpc_health.v1 import health
 
 from services.common.config import ConfigError
 from services.common.grpc_server import (
@@ -17,6 +22,8 @@ from services.common.grpc_server import (
     set_serving,
     setup_logging,
 )
+from services.common.vectors import FloatMatrix
+from services.embedder.batcher import Batcher, BatchLimits
 from services.embedder.config import EmbedderConfig
 from services.embedder.errors import ModelLoadError
 from services.embedder.model import EmbeddingModel
@@ -56,6 +63,18 @@ def load_model(config: EmbedderConfig) -> EmbeddingModel:
     return model
 
 
+@dataclass
+class _Running:
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+    limits: BatchLimits
+
+
+def replica_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
 async def create_server(
     config: EmbedderConfig, model: EmbeddingModel | None = None
 ) -> tuple[grpc.aio.Server, int]:
@@ -63,56 +82,127 @@ async def create_server(
 
     Loads the model from config.model_path unless one is given (tests share one); the port
     is bound only after the model is loaded, so a client never sees the server without it.
-    Stopping the server shuts its model thread, and closes the model if it loaded it.
+    Stopping the server stops its batcher and threads, and closes the model if it loaded it.
     """
+    running = await _start(config, model)
+    return running.server, running.port
+
+
+async def _start(config: EmbedderConfig, model: EmbeddingModel | None) -> _Running:
+    loop = asyncio.get_running_loop()
+    # One model thread: llama.cpp contexts are not thread-safe, and a pass uses every core
+    # it is given anyway. Large requests are tokenized on a thread of their own.
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-model")
+    tokenizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-tokenizer")
     owned = model is None
+    batcher: Batcher | None = None
     try:
         if model is None:
             # Loaded on the thread that will run it.
-            model = await asyncio.get_running_loop().run_in_executor(executor, load_model, config)
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        embedder_pb2_grpc.add_EmbedderServicer_to_server(
-            EmbedderServicer(model, executor, truncate_by_default=config.truncate), server
+            model = await loop.run_in_executor(executor, load_model, config)
+        forward_model = model
+
+        async def forward(sequences: list[Sequence[int]]) -> FloatMatrix:
+            return await loop.run_in_executor(executor, forward_model.forward, sequences)
+
+        batcher = Batcher(
+            forward,
+            BatchLimits(
+                max_tokens=model.info.max_batch_tokens,
+                max_inputs=model.info.max_batch_inputs,
+                max_wait=config.max_wait_ms / 1000,
+                max_queued_tokens=config.queue_tokens,
+            ),
+            model.info.dimensions,
         )
-        health = add_health(server)
-        await set_serving(health, [SERVICE_NAME], False)
+        options = list(SERVER_OPTIONS)
+        if config.max_connection_age > 0:
+            # Clients reconnect now and then, re-resolving DNS names on the way: that is how a
+            # gateway on dns:///embedder:50051 finds replicas added after it started. Calls in
+            # flight finish first (the grace period is unlimited).
+            options.append(("grpc.max_connection_age_ms", int(config.max_connection_age * 1000)))
+        server = grpc.aio.server(options=options)
+        embedder_pb2_grpc.add_EmbedderServicer_to_server(
+            EmbedderServicer(
+                model,
+                batcher,
+                tokenizer,
+                truncate_by_default=config.truncate,
+                replica_id=replica_id(),
+            ),
+            server,
+        )
+        health_servicer = add_health(server)
+        await set_serving(health_servicer, [SERVICE_NAME], False)
         try:
             port: int = server.add_insecure_port(config.listen)
         except RuntimeError:
             port = 0
         if port == 0:
             raise OSError(f"cannot listen on {config.listen} (in use, or not a local address?)")
+        batcher.start()
         await server.start()
     except BaseException:
+        if batcher is not None:
+            await batcher.close()
+        tokenizer.shutdown(wait=True)
         executor.shutdown(wait=True)
         if owned and model is not None:
             model.close()
         raise
-    releaser = asyncio.create_task(_release_when_terminated(server, executor, model, owned))
+    resources = _Resources(batcher, executor, tokenizer, model if owned else None)
+    releaser = asyncio.create_task(_release_when_terminated(server, resources))
     _releasers.add(releaser)
     releaser.add_done_callback(_releasers.discard)
-    await set_serving(health, [SERVICE_NAME], True)
-    return server, port
+    await set_serving(health_servicer, [SERVICE_NAME], True)
+    return _Running(server, port, health_servicer, batcher.limits)
 
 
-async def _release_when_terminated(
-    server: grpc.aio.Server, executor: ThreadPoolExecutor, model: EmbeddingModel, owned: bool
-) -> None:
+@dataclass
+class _Resources:
+    batcher: Batcher
+    executor: ThreadPoolExecutor
+    tokenizer: ThreadPoolExecutor
+    # Closed on release when the server loaded it.
+    model: EmbeddingModel | None
+
+
+async def _release_when_terminated(server: grpc.aio.Server, resources: _Resources) -> None:
     try:
         await server.wait_for_termination()
     finally:
-        # RPCs are over; let a model call already on the thread finish, then free the model.
-        executor.shutdown(wait=True)
-        if owned:
-            model.close()
+        # RPCs are over; let a model call already on a thread finish, then free the model.
+        await resources.batcher.close()
+        resources.tokenizer.shutdown(wait=True)
+        resources.executor.shutdown(wait=True)
+        if resources.model is not None:
+            resources.model.close()
 
 
 async def _serve(config: EmbedderConfig) -> None:
-    server, port = await create_server(config)
+    running = await _start(config, None)
     host = config.listen.rsplit(":", 1)[0]
-    log.info("embedder listening on %s:%d", host, port)
-    await serve_until_signalled(server)
+    limits = running.limits
+    log.info(
+        "embedder listening on %s:%d as %s (passes of up to %d tokens and %d inputs, "
+        "queue of %d tokens, max wait %.1f ms)",
+        host,
+        running.port,
+        replica_id(),
+        limits.max_tokens,
+        limits.max_inputs,
+        limits.max_queued_tokens,
+        limits.max_wait * 1000,
+    )
+
+    async def drain() -> None:
+        # Health-checking clients (the gateway) stop picking this replica within
+        # milliseconds; requests already here, or from clients that do not check, still
+        # get answers meanwhile and during the grace period that follows.
+        await set_serving(running.health, [SERVICE_NAME], False)
+        await asyncio.sleep(config.drain_seconds)
+
+    await serve_until_signalled(running.server, on_stop=drain)
 
 
 def main() -> None:

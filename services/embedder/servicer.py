@@ -1,9 +1,10 @@
-"""The Embedder gRPC servicer: decodes requests, calls the model, encodes replies."""
+"""The Embedder gRPC servicer: decodes requests, runs them through the batcher, encodes replies."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -11,7 +12,8 @@ from typing import TypeVar
 import grpc
 
 from services.common.vectors import to_bytes
-from services.embedder.errors import EmbedderError, InvalidInput
+from services.embedder.batcher import Batcher, QueueFull
+from services.embedder.errors import EmbedderError, InputTooLong, InvalidInput
 from services.embedder.model import EmbeddingModel
 from services.pb import embedder_pb2 as pb
 from services.pb import embedder_pb2_grpc
@@ -19,6 +21,13 @@ from services.pb import embedder_pb2_grpc
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Requests up to this many bytes are tokenized on the event loop (about 2 ms at most):
+# cheaper than a thread hop. Larger ones go to the tokenizer thread.
+_INLINE_BYTES = 64 * 1024
+# Lets a client tell an over-long input from other invalid input without parsing the message.
+REASON_KEY = "ragd-reason"
+INPUT_TOO_LONG = "input-too-long"
 
 
 def decode_texts(texts: Sequence[bytes]) -> list[str]:
@@ -37,24 +46,28 @@ def decode_texts(texts: Sequence[bytes]) -> list[str]:
 
 class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
     def __init__(
-        self, model: EmbeddingModel, executor: ThreadPoolExecutor, *, truncate_by_default: bool
+        self,
+        model: EmbeddingModel,
+        batcher: Batcher,
+        tokenizer: ThreadPoolExecutor,
+        *,
+        truncate_by_default: bool,
+        replica_id: str,
     ) -> None:
-        """`executor` must have a single worker: llama.cpp contexts are not thread-safe (and
-        the model uses every core anyway), so model calls run one at a time, off the loop."""
+        """`batcher` runs the forward passes; `tokenizer` tokenizes large requests off the loop
+        (tokenizing only reads the vocabulary, so it can overlap a forward pass)."""
         self._model = model
-        self._executor = executor
+        self._batcher = batcher
+        self._tokenizer = tokenizer
         self._truncate_by_default = truncate_by_default
+        self._replica_id = replica_id
+        self._started = time.monotonic()
+        self._tokenize_requests = 0
 
-    async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[], T]) -> T:
-        """Runs `work` on the model thread; domain errors become INVALID_ARGUMENT."""
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
-        except EmbedderError as error:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        except Exception:
-            log.exception("embedder call failed")
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error in the embedder")
-        raise AssertionError("context.abort() returned")
+    async def _off_loop(self, texts: Sequence[bytes], work: Callable[[], T]) -> T:
+        if sum(len(text) for text in texts) <= _INLINE_BYTES:
+            return work()
+        return await asyncio.get_running_loop().run_in_executor(self._tokenizer, work)
 
     async def Embed(
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
@@ -63,23 +76,46 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             truncate = self._truncate_by_default
         else:
             truncate = request.truncate == pb.TRUNCATE_POLICY_TRUNCATE
-        result = await self._run(
-            context, lambda: self._model.embed(decode_texts(request.texts), truncate)
-        )
+        try:
+            prepared = await self._off_loop(
+                request.texts,
+                lambda: self._model.prepare(decode_texts(request.texts), truncate),
+            )
+            vectors = await self._batcher.embed(prepared.inputs)
+        except InputTooLong as error:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                str(error),
+                trailing_metadata=((REASON_KEY, INPUT_TOO_LONG),),
+            )
+        except EmbedderError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except QueueFull as error:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        except Exception:
+            log.exception("Embed failed")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error in the embedder")
         return pb.EmbedResponse(
             dimensions=self._model.info.dimensions,
-            vectors=to_bytes(result.vectors),
-            token_counts=result.token_counts,
-            truncated=result.truncated,
+            vectors=to_bytes(vectors),
+            token_counts=[len(ids) for ids in prepared.inputs],
+            truncated=prepared.truncated,
             model=self._model.info.name,
         )
 
     async def Tokenize(
         self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.TokenizeResponse:
-        token_lists = await self._run(
-            context, lambda: self._model.tokenize(decode_texts(request.texts))
-        )
+        self._tokenize_requests += 1
+        try:
+            token_lists = await self._off_loop(
+                request.texts, lambda: self._model.tokenize(decode_texts(request.texts))
+            )
+        except EmbedderError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except Exception:
+            log.exception("Tokenize failed")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error in the embedder")
         return pb.TokenizeResponse(
             results=[
                 pb.TokenList(count=len(ids), ids=ids if request.return_ids else [])
@@ -103,6 +139,26 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
                 if self._truncate_by_default
                 else pb.TRUNCATE_POLICY_REJECT
             ),
-            max_batch_tokens=info.max_batch_tokens,
-            max_batch_inputs=info.max_batch_inputs,
+            max_batch_tokens=self._batcher.limits.max_tokens,
+            max_batch_inputs=self._batcher.limits.max_inputs,
+            replica_id=self._replica_id,
+            max_queued_tokens=self._batcher.limits.max_queued_tokens,
+        )
+
+    async def Stats(
+        self, request: pb.StatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StatsResponse:
+        stats = self._batcher.stats
+        return pb.StatsResponse(
+            replica_id=self._replica_id,
+            requests=stats.requests,
+            inputs=stats.inputs,
+            tokens=stats.tokens,
+            batches=stats.batches,
+            rejected=stats.rejected,
+            queued_inputs=self._batcher.queued_inputs,
+            queued_tokens=self._batcher.queued_tokens,
+            busy_seconds=stats.busy_seconds,
+            uptime_seconds=time.monotonic() - self._started,
+            tokenize_requests=self._tokenize_requests,
         )

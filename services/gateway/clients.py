@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.grpc_server import MAX_MESSAGE_BYTES
-from services.common.vectors import FloatMatrix, from_bytes, to_bytes
+from services.common.vectors import FloatMatrix, from_bytes
 from services.gateway.errors import ApiError, from_grpc
-from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2, store_pb2_grpc
+from services.pb import embedder_pb2, embedder_pb2_grpc
 
 # round_robin spreads calls over every address the target resolves to (several embedder
 # replicas); health checking skips replicas that are not SERVING; UNAVAILABLE is retried
@@ -41,21 +42,57 @@ _SERVICE_CONFIG = {
 }
 
 
+# "dns:", "ipv4:", "unix:"... but not the "host:" of "host:port".
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*:(?!\d+(,|$))")
+
+
 def channel_target(target: str) -> str:
-    """A comma-separated list of IP:port becomes one ipv4 target that round_robin balances."""
-    if "," in target and ":///" not in target and not target.startswith("ipv4:"):
-        return "ipv4:" + ",".join(part.strip() for part in target.split(","))
-    return target
+    """The gRPC target for a configured one; a comma-separated list becomes one target.
+
+    gRPC balances over the addresses one target resolves to, and only an `ipv4:`/`ipv6:`
+    target lists several, so the hostnames of a list are resolved here, once (IPv4 preferred).
+    `dns:///name:port` (or a single `host:port`) is left to gRPC's resolver, which follows
+    changes: use that for names whose addresses come and go, like compose replicas.
+    """
+    if "," not in target or _SCHEME.match(target):
+        return target
+    ipv4: list[str] = []
+    ipv6: list[str] = []
+    for part in (p.strip() for p in target.split(",")):
+        host, _, port = part.rpartition(":")
+        host = host.strip("[]")
+        if not host or not port.isdigit():
+            raise ValueError(f"{part!r} in target {target!r} is not host:port")
+        try:
+            found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except OSError as error:
+            raise ValueError(f"cannot resolve {host!r} in target {target!r}: {error}") from None
+        v4 = [f"{a[4][0]}:{port}" for a in found if a[0] == socket.AF_INET]
+        v6 = [f"[{a[4][0]}]:{port}" for a in found if a[0] == socket.AF_INET6]
+        if v4:
+            ipv4 += [address for address in v4 if address not in ipv4]
+        else:
+            ipv6 += [address for address in v6 if address not in ipv6]
+    if ipv4 and ipv6:
+        raise ValueError(f"target {target!r} mixes IPv4 and IPv6-only hosts; use one family")
+    return "ipv4:" + ",".join(ipv4) if ipv4 else "ipv6:" + ",".join(ipv6)
 
 
 def open_channel(target: str) -> grpc.aio.Channel:
     options = [
         ("grpc.service_config", json.dumps(_SERVICE_CONFIG)),
         ("grpc.enable_retries", 1),
+        # gRPC retries only what it still holds in memory (256 KiB per call by default): a
+        # larger Embed caught by a dying replica would fail instead of moving to another.
+        ("grpc.per_rpc_retry_buffer_size", MAX_MESSAGE_BYTES),
         # A restarted service is reconnected within a couple of seconds, not gRPC's default
         # backoff of up to two minutes.
         ("grpc.initial_reconnect_backoff_ms", 200),
         ("grpc.max_reconnect_backoff_ms", 2000),
+        # A dns:/// target is re-resolved when a connection drops (a replica restarted with
+        # a new address, or a GOAWAY after the embedder's max connection age): at most every
+        # 5 s rather than gRPC's default 30 s.
+        ("grpc.dns_min_time_between_resolutions_ms", 5000),
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
@@ -70,6 +107,11 @@ async def check_health(channel: grpc.aio.Channel, timeout: float = 2.0) -> str:
     except grpc.aio.AioRpcError:
         return "UNAVAILABLE"
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
+
+
+# Trailing metadata of an Embed refused for an over-long input (see protos/embedder.proto).
+_REASON_KEY = "ragd-reason"
+_INPUT_TOO_LONG = "input-too-long"
 
 
 @dataclass(frozen=True)
@@ -127,17 +169,28 @@ class EmbedderClient:
         try:
             reply = await self._stub.Embed(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
+            if _reason(error) == _INPUT_TOO_LONG:
+                raise ApiError(
+                    400, error.details() or "", param="input", code="context_length_exceeded"
+                ) from None
             raise from_grpc(error, "embedder") from None
         info = await self.info()
-        if reply.dimensions != info.dimensions:
-            # A replica serving another model must never write into a collection.
+        if (reply.model, reply.dimensions) != (info.name, info.dimensions):
+            # Every replica must serve one model: vectors of two models mixed in a collection
+            # are silently wrong. Info is re-read once, in case all replicas were replaced.
             info = await self.info(refresh=True)
-            if reply.dimensions != info.dimensions:
+            if (reply.model, reply.dimensions) != (info.name, info.dimensions):
                 raise ApiError(
-                    502, "embedder replicas disagree on the vector dimension", code="bad_gateway"
+                    502,
+                    f"embedder replicas disagree: one serves {reply.model} "
+                    f"({reply.dimensions} dims), another {info.name} ({info.dimensions} dims); "
+                    "every replica behind one target must serve the same model",
+                    code="bad_gateway",
                 )
         try:
             vectors = from_bytes(reply.vectors, reply.dimensions, len(texts))
+            if not len(reply.token_counts) == len(reply.truncated) == len(texts):
+                raise ValueError(f"{len(reply.token_counts)} token counts for {len(texts)} texts")
         except ValueError as error:
             raise ApiError(
                 502, f"embedder sent a malformed reply: {error}", code="bad_gateway"
@@ -160,6 +213,13 @@ class EmbedderClient:
         return [result.count for result in reply.results]
 
 
+def _reason(error: grpc.aio.AioRpcError) -> str | None:
+    for key, value in error.trailing_metadata() or ():
+        if key == _REASON_KEY:
+            return str(value)
+    return None
+
+
 def _utf8(text: str, index: int) -> bytes:
     try:
         return text.encode("utf-8")
@@ -171,103 +231,3 @@ def _utf8(text: str, index: int) -> bytes:
             param="input",
             code="invalid_value",
         ) from None
-
-
-class StoreClient:
-    def __init__(self, channel: grpc.aio.Channel, timeout: float) -> None:
-        self.channel = channel
-        self._stub = store_pb2_grpc.StoreStub(channel)
-        self._timeout = timeout
-
-    async def _call(self, method: str, request: Any) -> Any:
-        try:
-            return await getattr(self._stub, method)(request, timeout=self._timeout)
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc(error, "store") from None
-
-    async def create_collection(
-        self, name: str, metadata: dict[str, str], model: ModelInfo
-    ) -> store_pb2.Collection:
-        request = store_pb2.CreateCollectionRequest(
-            name=name, metadata=metadata, model=model.name, dimensions=model.dimensions
-        )
-        reply: store_pb2.Collection = await self._call("CreateCollection", request)
-        return reply
-
-    async def get_collection(self, collection_id: str) -> store_pb2.Collection:
-        reply: store_pb2.Collection = await self._call(
-            "GetCollection", store_pb2.GetCollectionRequest(id=collection_id)
-        )
-        return reply
-
-    async def list_collections(
-        self, limit: int, order: str, after: str, before: str
-    ) -> store_pb2.ListCollectionsResponse:
-        request = store_pb2.ListCollectionsRequest(
-            limit=limit, order=order, after=after, before=before
-        )
-        reply: store_pb2.ListCollectionsResponse = await self._call("ListCollections", request)
-        return reply
-
-    async def delete_collection(self, collection_id: str) -> store_pb2.DeleteCollectionResponse:
-        request = store_pb2.DeleteCollectionRequest(id=collection_id)
-        reply: store_pb2.DeleteCollectionResponse = await self._call("DeleteCollection", request)
-        return reply
-
-    async def add_chunks(
-        self,
-        collection_id: str,
-        file_id: str,
-        filename: str,
-        attributes: dict[str, str | float | bool],
-        chunks: Sequence[tuple[str, int]],
-        vectors: FloatMatrix,
-        model: str,
-    ) -> store_pb2.AddChunksResponse:
-        request = store_pb2.AddChunksRequest(
-            collection_id=collection_id,
-            file_id=file_id,
-            filename=filename,
-            attributes={key: attribute_value(value) for key, value in attributes.items()},
-            chunks=[store_pb2.ChunkInput(text=text, token_count=count) for text, count in chunks],
-            vectors=to_bytes(vectors),
-            dimensions=int(vectors.shape[1]),
-            model=model,
-        )
-        reply: store_pb2.AddChunksResponse = await self._call("AddChunks", request)
-        return reply
-
-    async def search(
-        self,
-        collection_id: str,
-        query: FloatMatrix,
-        k: int,
-        score_threshold: float,
-        model: str,
-    ) -> store_pb2.SearchResponse:
-        request = store_pb2.SearchRequest(
-            collection_id=collection_id,
-            query_vector=to_bytes(query),
-            dimensions=int(query.shape[-1]),
-            k=k,
-            score_threshold=score_threshold,
-            model=model,
-        )
-        reply: store_pb2.SearchResponse = await self._call("Search", request)
-        return reply
-
-
-def attribute_value(value: str | float | bool) -> store_pb2.AttributeValue:
-    if isinstance(value, bool):
-        return store_pb2.AttributeValue(bool_value=value)
-    if isinstance(value, int | float):
-        return store_pb2.AttributeValue(number_value=float(value))
-    return store_pb2.AttributeValue(string_value=value)
-
-
-def attribute_python(value: store_pb2.AttributeValue) -> str | float | bool | None:
-    kind = value.WhichOneof("kind")
-    if kind is None:
-        return None
-    result: str | float | bool = getattr(value, kind)
-    return result

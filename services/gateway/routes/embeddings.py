@@ -78,7 +78,18 @@ async def embeddings(request: Request) -> JSONResponse:
             "to be shortened, so ragd does not truncate its vectors",
             param="dimensions",
         )
-    result = await deps.embedder.embed(texts)
+    # Extension: over-long inputs are a 400 like OpenAI's unless the client allows truncation.
+    truncate = body.get("truncate")
+    if truncate is None:
+        truncate = False
+    if not isinstance(truncate, bool):
+        raise invalid("'truncate' must be true or false", param="truncate", code="invalid_type")
+    try:
+        result = await deps.embedder.embed(texts, truncate=truncate)
+    except ApiError as error:
+        if error.code == "context_length_exceeded":
+            error.message += ' ("truncate": true embeds its first tokens)'
+        raise
     data = []
     for index, vector in enumerate(result.vectors):
         embedding: Any = (
@@ -86,7 +97,11 @@ async def embeddings(request: Request) -> JSONResponse:
             if encoding == "base64"
             else vector.tolist()
         )
-        data.append({"object": "embedding", "index": index, "embedding": embedding})
+        item = {"object": "embedding", "index": index, "embedding": embedding}
+        if truncate:
+            # Extension: which inputs lost tokens, reported only to clients that allowed it.
+            item["truncated"] = result.truncated[index]
+        data.append(item)
     tokens = sum(result.token_counts)
     return JSONResponse(
         {
