@@ -74,8 +74,8 @@ def _scalar(conn: apsw.Connection, sql: str, *params: object) -> int:
 def check_invariants(path: Path) -> None:
     """What every committed state of the store must satisfy, whatever happened before.
 
-    Counters match the rows they count; chunks and vectors exist only for completed files;
-    exactly the in-progress files have one live job; foreign keys hold.
+    Counters match the rows they count; chunks and vectors exist only for completed files,
+    one vector per chunk; exactly the in-progress files have one live job; foreign keys hold.
     """
     conn = open_database(path)
     try:
@@ -92,6 +92,14 @@ def check_invariants(path: Path) -> None:
             chunks = _scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
             assert chunks == chunk_count
             assert _scalar(conn, f"SELECT count(*) FROM vec_{key:d}") == chunks
+            # Every vector belongs to a chunk of its collection (with equal counts: one each).
+            orphans = _scalar(
+                conn,
+                f"SELECT count(*) FROM vec_{key:d} WHERE rowid NOT IN"
+                " (SELECT id FROM chunks WHERE collection_id = ?)",
+                key,
+            )
+            assert orphans == 0, f"{orphans} vectors without a chunk in collection {key}"
         assert (
             conn.execute(
                 "SELECT c.id FROM chunks AS c JOIN collection_files AS cf"

@@ -1,4 +1,4 @@
-"""Bearer API keys for /v1 routes; health and readiness stay open."""
+"""Bearer API keys for /v1 and /admin routes; health and readiness stay open."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.gateway.errors import ApiError
 
+PROTECTED = ("/v1", "/admin")
+
 
 class ApiKeyMiddleware:
     def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
@@ -16,7 +18,7 @@ class ApiKeyMiddleware:
         self.keys = [key.encode() for key in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or not scope["path"].startswith("/v1"):
+        if scope["type"] != "http" or not self.keys or not scope["path"].startswith(PROTECTED):
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])

@@ -29,7 +29,14 @@ class GatewayConfig:
     ingest_lease_seconds: int = 60
     # How often idle workers look for jobs attached through other gateways.
     ingest_poll_seconds: float = 1.0
+    # The public gRPC bulk-ingest API ("off": not served).
+    ingest_listen: str = "127.0.0.1:50053"
+    # Accepted-but-unfinished documents one ingest stream may hold before it stops reading.
+    ingest_window: int = 64
     log_level: str = "INFO"
+    # Ask the store for vectors of texts already embedded with this exact model before
+    # embedding them while ingesting.
+    embed_cache: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -49,7 +56,10 @@ class GatewayConfig:
                 "INGEST_LEASE_SECONDS", cls.ingest_lease_seconds, minimum=5
             ),
             ingest_poll_seconds=env.float("INGEST_POLL_SECONDS", cls.ingest_poll_seconds),
+            ingest_listen=env.str("INGEST_LISTEN", cls.ingest_listen),
+            ingest_window=env.int("INGEST_WINDOW", cls.ingest_window, minimum=1),
             log_level=env.str("LOG_LEVEL", cls.log_level),
+            embed_cache=env.bool("EMBED_CACHE", cls.embed_cache),
         )
         if config.embed_timeout <= 0 or config.store_timeout <= 0:
             raise ConfigError("RAGD_EMBED_TIMEOUT and RAGD_STORE_TIMEOUT must be positive")

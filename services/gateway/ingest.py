@@ -11,7 +11,9 @@ import numpy as np
 
 from services.gateway.chunking import Chunk, chunk_text
 from services.gateway.clients import EmbedderClient, ModelInfo
-from services.gateway.errors import invalid
+from services.gateway.embed_cache import EmbeddingCache, text_hash
+from services.gateway.errors import ApiError, invalid
+from services.pb import store_pb2
 
 # OpenAI's "auto" strategy is 800 tokens with 400 overlap; a model whose context is smaller
 # (MiniLM: 256) gets chunks of its full context and a quarter of that as overlap.
@@ -73,6 +75,21 @@ def resolve_chunking(
     return ChunkingStrategy(size, overlap, "static")
 
 
+def check_store_model(collection: store_pb2.Collection, model: ModelInfo) -> None:
+    """A 400 naming both models when the vector store was indexed with another model."""
+    if (collection.model, collection.dimensions) == (model.name, model.dimensions):
+        return
+    raise ApiError(
+        400,
+        f"vector store {collection.id!r} was indexed with {collection.model} "
+        f"({collection.dimensions} dims) but this server embeds with {model.name} "
+        f"({model.dimensions} dims); attach the file to a vector store created with "
+        f"{model.name}, or index into this one from a ragd whose embedder serves "
+        f"{collection.model}",
+        code="failed_precondition",
+    )
+
+
 def strategy_from_json(raw: Any) -> ChunkingStrategy:
     """A strategy recorded by resolve_chunking (always static, with sizes) read back."""
     static = raw["static"]
@@ -95,14 +112,33 @@ async def chunk(embedder: EmbedderClient, text: str, strategy: ChunkingStrategy)
 
 
 async def embed_chunks(
-    embedder: EmbedderClient, chunks: Sequence[Chunk], batch_size: int
+    embedder: EmbedderClient,
+    chunks: Sequence[Chunk],
+    batch_size: int,
+    cache: EmbeddingCache | None = None,
 ) -> np.ndarray:
-    """Embeds chunks in batches; chunks already fit the model, so nothing is truncated."""
+    """Embeds chunks in batches; chunks already fit the model, so nothing is truncated.
+
+    Each distinct text is embedded once. With a cache, texts whose vectors the store holds
+    for this exact model are not embedded at all (one batch lookup), and the new vectors are
+    stored for next time.
+    """
     info = await embedder.info()
     if not chunks:
         return np.zeros((0, info.dimensions), dtype=np.float32)
-    parts = []
-    for start in range(0, len(chunks), batch_size):
-        batch = [c.text for c in chunks[start : start + batch_size]]
-        parts.append((await embedder.embed(batch, truncate=False)).vectors)
-    return np.vstack(parts)
+    texts = list(dict.fromkeys(item.text for item in chunks))
+    hashes = [text_hash(text) for text in texts] if cache is not None else []
+    vectors = await cache.lookup(info, hashes) if cache is not None else [None] * len(texts)
+    missing = [i for i, vector in enumerate(vectors) if vector is None]
+    for start in range(0, len(missing), batch_size):
+        batch = missing[start : start + batch_size]
+        embedded = await embedder.embed([texts[i] for i in batch], truncate=False)
+        for i, vector in zip(batch, embedded.vectors, strict=True):
+            vectors[i] = vector
+    found = [vector for vector in vectors if vector is not None]
+    assert len(found) == len(texts), "every distinct text has a vector"
+    unique = np.stack(found)
+    if cache is not None and missing:
+        await cache.save(info, [hashes[i] for i in missing], unique[missing])
+    position = {text: i for i, text in enumerate(texts)}
+    return unique[[position[item.text] for item in chunks]]

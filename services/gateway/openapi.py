@@ -157,6 +157,7 @@ _SCHEMAS: dict[str, Any] = {
             "created_at": {"type": "integer"},
             "name": {"type": "string"},
             "usage_bytes": {"type": "integer"},
+            "chunk_count": {"type": "integer", "description": "ragd extension"},
             "file_counts": _OBJ,
             "status": {"enum": ["expired", "in_progress", "completed"]},
             "last_active_at": {"type": ["integer", "null"]},
@@ -235,6 +236,12 @@ _SCHEMAS: dict[str, Any] = {
                 },
             },
             "rewrite_query": {"type": "boolean"},
+            "mode": {
+                "description": "extension: vector (embedding KNN), lexical (bm25 over the "
+                "chunk text, no embedder needed) or hybrid (reciprocal rank fusion of both)",
+                "enum": ["vector", "lexical", "hybrid"],
+                "default": "vector",
+            },
         },
     },
     "SearchPage": {
@@ -245,9 +252,63 @@ _SCHEMAS: dict[str, Any] = {
             "data": {"type": "array", "items": _OBJ},
             "has_more": {"type": "boolean"},
             "next_page": {"type": ["string", "null"]},
+            "mode": {
+                "description": "extension: the mode that ranked the results",
+                "enum": ["vector", "lexical", "hybrid"],
+            },
+            "degraded": {
+                "description": "extension: true when the embedder was unavailable and the "
+                "search fell back to lexical (also the header X-Ragd-Degraded)",
+                "type": "boolean",
+            },
         },
     },
     "Health": _OBJ,
+    "BackupRequest": {
+        "type": "object",
+        "properties": {
+            "path": {
+                "type": "string",
+                "description": "File name inside the store's backup directory (RAGD_BACKUP_DIR); "
+                "default ragd-<UTC time>.db. Absolute or escaping paths are a 400, an existing "
+                "file a 409.",
+            }
+        },
+    },
+    "BackupResult": {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "absolute, on the store's filesystem"},
+            "bytes": {"type": "integer"},
+            "seconds": {"type": "number"},
+        },
+    },
+    "VacuumResult": {
+        "type": "object",
+        "properties": {
+            "bytes_before": {"type": "integer"},
+            "bytes_after": {"type": "integer"},
+            "seconds": {"type": "number"},
+            "compacted_vector_stores": {"type": "integer"},
+        },
+    },
+    "Stats": {
+        "type": "object",
+        "properties": {
+            "global": _OBJ,
+            "embedding_cache": _OBJ,
+            "vector_stores": {"type": "array", "items": _OBJ},
+        },
+    },
+    "AuditList": {
+        "type": "object",
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": _OBJ},
+            "has_more": {"type": "boolean"},
+            "last_id": {"type": ["integer", "null"]},
+        },
+    },
 }
 
 _VS = "/v1/vector_stores/{store_id}"
@@ -255,6 +316,26 @@ PATHS: dict[str, dict[str, Any]] = {
     "/health": {"get": _op("Liveness: the gateway process is up", "Health")},
     "/ready": {"get": _op("Readiness of the embedder and the store (503 until both)", "Health")},
     "/openapi.json": {"get": _op("This document", None)},
+    "/admin/backup": {
+        "post": {
+            **_op("Online backup of the store's database", "BackupResult"),
+            "requestBody": {"required": False, **_json(_ref("BackupRequest"))},
+        }
+    },
+    "/admin/vacuum": {"post": _op("Reclaim the space of deleted data", "VacuumResult")},
+    "/admin/stats": {"get": _op("Global and per vector store statistics", "Stats")},
+    "/admin/audit": {
+        "get": _op(
+            "Audit log of ingest and search calls, newest first",
+            "AuditList",
+            parameters=[
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+                {"name": "operation", "in": "query", "schema": {"enum": ["search", "ingest"]}},
+                {"name": "store", "in": "query", "schema": {"type": "string"}},
+                {"name": "before", "in": "query", "schema": {"type": "integer"}},
+            ],
+        )
+    },
     "/v1/embeddings": {"post": _op("Create embeddings", "EmbeddingList", "EmbeddingRequest")},
     "/v1/models": {"get": _op("List the served model", "ModelList")},
     "/v1/files": {
@@ -324,7 +405,7 @@ SPEC: dict[str, Any] = {
         "title": "ragd",
         "version": "0.1.0",
         "description": "OpenAI-compatible embeddings, files and vector stores. When API keys "
-        "are configured, /v1 routes need 'Authorization: Bearer <key>'.",
+        "are configured, /v1 and /admin routes need 'Authorization: Bearer <key>'.",
     },
     "components": {
         "schemas": _SCHEMAS,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from services.gateway.audit import AuditLog
 from services.gateway.clients import EmbedderClient
 from services.gateway.config import GatewayConfig
 from services.gateway.store_client import StoreClient
@@ -18,6 +19,7 @@ class Services:
     embedder: EmbedderClient
     store: StoreClient
     workers: IngestWorkers
+    audit: AuditLog
 
 
 def services(request: Request) -> Services:

@@ -14,11 +14,15 @@ import json
 import logging
 import os
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.common.vectors import to_bytes
 from services.gateway import ingest
+from services.gateway.audit import AuditLog
 from services.gateway.clients import EmbedderClient
+from services.gateway.embed_cache import EmbeddingCache
 from services.gateway.errors import ApiError
 from services.gateway.parsing import InvalidFile, UnsupportedFile, extract_text
 from services.gateway.store_client import StoreClient
@@ -28,6 +32,9 @@ log = logging.getLogger(__name__)
 
 # Statuses worth retrying: the embedder or store is down, overloaded or slow.
 _TRANSIENT = {429, 502, 503, 504}
+
+# Told about every file whose job this process completed or failed (its new row).
+Listener = Callable[[store_pb2.CollectionFile], None]
 
 
 @dataclass(frozen=True)
@@ -52,19 +59,39 @@ def backoff_seconds(attempt: int) -> int:
 
 class IngestWorkers:
     def __init__(
-        self, embedder: EmbedderClient, store: StoreClient, settings: WorkerSettings
+        self,
+        embedder: EmbedderClient,
+        store: StoreClient,
+        settings: WorkerSettings,
+        cache: EmbeddingCache | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         self._embedder = embedder
         self._store = store
         self._settings = settings
+        self._cache = cache
+        self._audit = audit
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._prefix = f"{socket.gethostname()}:{os.getpid()}"
+        self._listeners: list[Listener] = []
 
     def start(self) -> None:
         for number in range(self._settings.workers):
             task = asyncio.create_task(self._run(f"{self._prefix}:{number}"))
             self._tasks.append(task)
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Calls `listener` after each job this process finishes; returns the unsubscriber."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _notify(self, item: store_pb2.CollectionFile) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(item)
+            except Exception:
+                log.exception("ingest listener failed")
 
     def wake(self) -> None:
         """New work was attached through this gateway: look now instead of at the next poll."""
@@ -102,10 +129,13 @@ class IngestWorkers:
                 await self._process(worker_id, job)
 
     async def _process(self, worker_id: str, job: store_pb2.Job) -> None:
+        started, outcome, chunks = time.monotonic(), "failed", 0
         renewer = asyncio.create_task(self._renew(worker_id, job.job_id))
         try:
             request = await self._index(worker_id, job)
-            await self._store.call("CompleteJob", request)
+            done = await self._store.call("CompleteJob", request)
+            outcome, chunks = "completed", len(request.chunks)
+            self._notify(done)
             log.info(
                 "indexed %s into %s (%d chunks)",
                 job.file_id,
@@ -116,6 +146,7 @@ class IngestWorkers:
             await self._fail(worker_id, job, error.code, str(error), retry_after=0)
         except ApiError as error:
             if error.status in _TRANSIENT:
+                outcome = "retrying"
                 await self._fail(
                     worker_id,
                     job,
@@ -125,11 +156,13 @@ class IngestWorkers:
                 )
             elif error.status in (404, 409) or error.code == "failed_precondition":
                 # Detached, cancelled or reclaimed meanwhile: nothing to record.
+                outcome = "dropped"
                 log.info("dropped job %d for %s: %s", job.job_id, job.file_id, error.message)
             else:
                 await self._fail(worker_id, job, "server_error", error.message, retry_after=0)
         except Exception:
             log.exception("ingest of %s failed", job.file_id)
+            outcome = "retrying"
             await self._fail(
                 worker_id,
                 job,
@@ -141,6 +174,14 @@ class IngestWorkers:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
+            if self._audit is not None:
+                self._audit.record(
+                    "ingest",
+                    job.collection_id,
+                    latency_ms=(time.monotonic() - started) * 1000,
+                    result_count=chunks,
+                    detail=f"{job.file_id} {outcome} (attempt {job.attempt})",
+                )
 
     async def _index(self, worker_id: str, job: store_pb2.Job) -> store_pb2.CompleteJobRequest:
         try:
@@ -158,7 +199,9 @@ class IngestWorkers:
                 f"embedder serves {info.name} ({info.dimensions} dims); create a new vector store",
             )
         chunks = await ingest.chunk(self._embedder, text, strategy)
-        vectors = await ingest.embed_chunks(self._embedder, chunks, self._settings.batch_size)
+        vectors = await ingest.embed_chunks(
+            self._embedder, chunks, self._settings.batch_size, self._cache
+        )
         return store_pb2.CompleteJobRequest(
             job_id=job.job_id,
             worker_id=worker_id,
@@ -196,7 +239,7 @@ class IngestWorkers:
             retry_after_seconds=retry_after,
         )
         try:
-            await self._store.call("FailJob", request)
+            self._notify(await self._store.call("FailJob", request))
         except ApiError as error:
             # The lease will expire and the job be retried; nothing else to do here.
             log.warning("cannot record the failure of job %d: %s", job.job_id, error.message)

@@ -9,6 +9,7 @@ from typing import Any, cast
 import apsw
 
 from services.store import catalog, ingest
+from services.store.compat import check_indexing_model
 from services.store.db import atomic
 from services.store.errors import (
     BatchNotFound,
@@ -160,11 +161,16 @@ def attach(
     attributes: Mapping[str, AttributeValue],
     chunking_json: str,
     now: int,
+    model: str = "",
+    dimensions: int = 0,
 ) -> CollectionFile:
+    """Attaches with an ingest job. A `model` (with its dimension) must be the collection's."""
     attributes_json = ingest.attributes_json(attributes)
     check_chunking_json(chunking_json)
     with atomic(conn):
-        key, _ = catalog.lookup(conn, collection_id)
+        key, collection = catalog.lookup(conn, collection_id)
+        if model:
+            check_indexing_model(collection, model, dimensions)
         record, _ = attach_in_transaction(
             conn,
             key,
@@ -182,6 +188,21 @@ def get(conn: apsw.Connection, collection_id: str, file_id: str) -> CollectionFi
     with atomic(conn, write=False):
         key, _ = catalog.lookup(conn, collection_id)
         return fetch(conn, key, collection_id, file_id)
+
+
+def find_by_content(
+    conn: apsw.Connection, collection_id: str, sha256: str
+) -> CollectionFile | None:
+    """The file in the collection with this content: the one attaching would return (in
+    progress or completed) if any, else a failed or cancelled one (to attach again)."""
+    with atomic(conn, write=False):
+        key, _ = catalog.lookup(conn, collection_id)
+        row = conn.execute(
+            "SELECT file_id FROM collection_files WHERE collection_id = ? AND sha256 = ?"
+            " ORDER BY status NOT IN ('in_progress', 'completed'), created_at, rowid LIMIT 1",
+            (key, sha256),
+        ).fetchone()
+        return None if row is None else fetch(conn, key, collection_id, row[0])
 
 
 def list_page(

@@ -9,6 +9,7 @@ from typing import cast
 import apsw
 
 from services.store import attachments, catalog, ingest
+from services.store.compat import check_indexing_model
 from services.store.db import atomic
 from services.store.errors import BatchNotFound, FileNotFound, InvalidArgument
 from services.store.records import BatchFileInput, FileBatch, FileCounts
@@ -54,10 +55,13 @@ def create(
     collection_id: str,
     files: Sequence[BatchFileInput],
     now: int,
+    model: str = "",
+    dimensions: int = 0,
 ) -> FileBatch:
     """Attaches every file (same deduplication as a single attach) in one transaction.
 
     Newly attached and re-attached files record the batch; deduplicated ones keep their row.
+    A `model` (with its dimension) must be the collection's.
     """
     if not 1 <= len(files) <= MAX_BATCH_FILES:
         raise InvalidArgument(f"a file batch holds 1..{MAX_BATCH_FILES} files, got {len(files)}")
@@ -69,7 +73,9 @@ def create(
         prepared.append((item, ingest.attributes_json(item.attributes)))
     batch_id = ID_PREFIX + secrets.token_hex(12)
     with atomic(conn):
-        key, _ = catalog.lookup(conn, collection_id)
+        key, collection = catalog.lookup(conn, collection_id)
+        if model:
+            check_indexing_model(collection, model, dimensions)
         for item in files:
             found = conn.execute("SELECT 1 FROM files WHERE id = ?", (item.file_id,)).fetchone()
             if found is None:

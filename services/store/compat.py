@@ -21,12 +21,27 @@ def check_compatible(collection: Collection, model: str, dimensions: int, *, que
     what = "a query vector" if query else "vectors"
     source = f" from {model}" if model else ""
     remedy = (
-        f"embed the query with {collection.model}" if query else "create a new store or re-embed"
+        f"embed the query with {collection.model} (search from a ragd whose embedder serves it), "
+        "or create a new vector store and attach the files again"
+        if query
+        else "create a new store or re-embed"
     )
     if model and model != collection.model:
         raise ModelMismatch(f"{indexed} but got {what} from {model}; {remedy}")
     if dimensions != collection.dimensions:
         raise DimensionMismatch(f"{indexed} but got {dimensions}-dim {what}{source}; {remedy}")
+
+
+def check_indexing_model(collection: Collection, model: str, dimensions: int) -> None:
+    """Raises ModelMismatch unless files embedded with `model` can join the collection."""
+    if model == collection.model and dimensions == collection.dimensions:
+        return
+    raise ModelMismatch(
+        f"vector store {collection.id!r} was indexed with {collection.model} "
+        f"({collection.dimensions} dims) but this server embeds with {model} ({dimensions} dims);"
+        f" attach the file to a vector store created with {model}, or index into this one "
+        f"from a ragd whose embedder serves {collection.model}"
+    )
 
 
 def check_vectors(matrix: FloatMatrix, what: str) -> None:

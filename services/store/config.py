@@ -16,6 +16,12 @@ class StoreConfig:
     # Worker threads for database calls, each with its own connection.
     threads: int = 4
     log_level: str = "INFO"
+    # Where backups are written; None means `backups/` beside the database.
+    backup_dir: Path | None = None
+    # Embedding cache entries kept before the least recently used are evicted; 0 disables it.
+    cache_max_entries: int = 100_000
+    # Audit log entries older than this are pruned; 0 keeps them forever.
+    audit_retention_days: int = 30
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreConfig:
@@ -25,4 +31,9 @@ class StoreConfig:
             db_path=Path(env.str("DB_PATH", str(cls.db_path))),
             threads=env.int("STORE_THREADS", cls.threads, minimum=1),
             log_level=env.str("LOG_LEVEL", cls.log_level),
+            backup_dir=Path(backups) if (backups := env.optional("BACKUP_DIR")) else None,
+            cache_max_entries=env.int("CACHE_MAX_ENTRIES", cls.cache_max_entries, minimum=0),
+            audit_retention_days=env.int(
+                "AUDIT_RETENTION_DAYS", cls.audit_retention_days, minimum=0
+            ),
         )

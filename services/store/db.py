@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,6 +57,30 @@ def atomic(conn: apsw.Connection, *, write: bool = True) -> Iterator[apsw.Connec
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def try_write(conn: apsw.Connection, work: Callable[[apsw.Connection], object]) -> bool:
+    """Runs `work` in a write transaction if the write lock is free now; False if it is not.
+
+    For best-effort bookkeeping on read paths (a search's last_active_at, a cache entry's last
+    use): a reader must never wait behind an ingest's write transaction for it.
+    """
+    if conn.in_transaction:
+        raise RuntimeError("atomic() blocks do not nest")
+    conn.set_busy_timeout(0)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except apsw.BusyError:
+        return False
+    finally:
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    try:
+        work(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return True
 
 
 class ThreadConnections:

@@ -59,5 +59,13 @@ class ModelMismatch(StoreError):
     """Vectors produced by another embedding model than the collection was indexed with."""
 
 
+class BackupExists(StoreError):
+    """A backup file of that name is already there: backups are never overwritten."""
+
+
+class MaintenanceRunning(StoreError):
+    """A backup or vacuum is already running; they run one at a time."""
+
+
 class DatabaseTooNew(Exception):
     """The database was migrated by a newer build; this build cannot safely open it."""

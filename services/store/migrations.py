@@ -132,9 +132,78 @@ CREATE INDEX jobs_file ON jobs (collection_id, file_id);
 CREATE UNIQUE INDEX jobs_live ON jobs (collection_id, file_id) WHERE state <> 'done';
 """
 
+# Lexical search: an external-content FTS5 index over chunks.text (the text is stored once,
+# in chunks), kept in step with chunks by triggers in the same transactions, and built for the
+# chunks already there. unicode61 folds case and, with remove_diacritics 2, accents (also on
+# decomposed characters); porter stems English, as the default model is English, so
+# "configuring replicas" finds "configure a replica". Identifiers survive: "E1234" is one token,
+# and "E-1234" or "snake_case" become adjacent tokens that a quoted query matches as a phrase.
+_V3_LEXICAL_INDEX = """
+CREATE VIRTUAL TABLE chunks_fts USING fts5(
+    text,
+    content = 'chunks',
+    content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+
+CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts (rowid, text) VALUES (new.id, new.text);
+END;
+
+CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+
+CREATE TRIGGER chunks_fts_update AFTER UPDATE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO chunks_fts (rowid, text) VALUES (new.id, new.text);
+END;
+
+INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
+"""
+
+# Operations. The embedding cache maps (model, sha256 of the text) to a vector; the model key
+# names the exact weights, so vectors of two models never mix; last_used_at drives LRU
+# eviction. Rowid tables (not WITHOUT ROWID): a 1.5 KB vector fits a table leaf page but would
+# overflow an index page. The audit log records ingest and search calls; `collection_id` is
+# the public id, kept as text so a deleted store's entries stay readable.
+_V4_CACHE_AND_AUDIT = """
+CREATE TABLE embedding_models (
+    id         INTEGER PRIMARY KEY,
+    model_key  TEXT    NOT NULL UNIQUE,
+    dimensions INTEGER NOT NULL CHECK (dimensions BETWEEN 1 AND 8192)
+) STRICT;
+
+CREATE TABLE embedding_cache (
+    id           INTEGER PRIMARY KEY,
+    model_id     INTEGER NOT NULL REFERENCES embedding_models (id),
+    text_sha256  BLOB    NOT NULL CHECK (length(text_sha256) = 32),
+    vector       BLOB    NOT NULL,
+    last_used_at INTEGER NOT NULL,
+    UNIQUE (model_id, text_sha256)
+) STRICT;
+CREATE INDEX embedding_cache_lru ON embedding_cache (last_used_at);
+
+CREATE TABLE audit_log (
+    id            INTEGER PRIMARY KEY,
+    at            REAL    NOT NULL,
+    operation     TEXT    NOT NULL,
+    collection_id TEXT    NOT NULL DEFAULT '',
+    k             INTEGER NOT NULL DEFAULT 0,
+    latency_ms    REAL    NOT NULL DEFAULT 0,
+    result_count  INTEGER NOT NULL DEFAULT 0,
+    degraded      INTEGER NOT NULL DEFAULT 0 CHECK (degraded IN (0, 1)),
+    detail        TEXT    NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX audit_log_at ON audit_log (at);
+CREATE INDEX audit_log_collection ON audit_log (collection_id, id);
+"""
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
+    _script(_V3_LEXICAL_INDEX),
+    _script(_V4_CACHE_AND_AUDIT),
 ]
 
 

@@ -13,9 +13,22 @@ from types import TracebackType
 import numpy as np
 import numpy.typing as npt
 
-from services.store import attachments, batches, catalog, files, ingest, jobs, migrations, search
+from services.store import (
+    attachments,
+    batches,
+    catalog,
+    files,
+    fusion,
+    ingest,
+    jobs,
+    lexical,
+    migrations,
+    search,
+)
 from services.store.db import ThreadConnections
+from services.store.errors import InvalidArgument
 from services.store.filters import Filter
+from services.store.operations import Operations, OperationsSettings
 from services.store.records import (
     AddChunksResult,
     AttributeValue,
@@ -40,10 +53,13 @@ class Repository:
         path: str | Path,
         clock: Callable[[], float] = time.time,
         max_attempts: int = jobs.MAX_ATTEMPTS,
+        operations: OperationsSettings | None = None,
     ) -> None:
         self._connections = ThreadConnections(path)
         self._clock = clock
         self._max_attempts = max_attempts
+        # Embedding cache, audit log, stats, backup and vacuum.
+        self.ops = Operations(self._connections, clock, operations or OperationsSettings())
 
     @property
     def path(self) -> Path:
@@ -144,20 +160,53 @@ class Repository:
     def search(
         self,
         collection_id: str,
-        query: npt.ArrayLike,
+        query: npt.ArrayLike | None,
         k: int,
         score_threshold: float = 0.0,
         model: str = "",
         filter: Filter | None = None,
+        mode: str = search.VECTOR,
+        query_text: str = "",
     ) -> list[SearchHit]:
+        """`mode` is one of search.MODES (empty: vector); lexical uses only `query_text`,
+        vector only `query`, hybrid both."""
+        mode = mode or search.VECTOR
+        if mode not in search.MODES:
+            raise InvalidArgument(f"mode must be one of {', '.join(search.MODES)}, got {mode!r}")
+        conn, now = self._connections.get(), self._now()
+        if mode == search.LEXICAL:
+            return lexical.matches(
+                conn,
+                collection_id=collection_id,
+                text=query_text,
+                k=k,
+                score_threshold=score_threshold,
+                now=now,
+                filter=filter,
+            )
+        vector = np.asarray(query if query is not None else [], dtype=np.float32)
+        if vector.size == 0:
+            raise InvalidArgument(f"{mode} search needs a query vector")
+        if mode == search.HYBRID:
+            return fusion.hybrid(
+                conn,
+                collection_id=collection_id,
+                query=vector,
+                text=query_text,
+                k=k,
+                score_threshold=score_threshold,
+                model=model,
+                now=now,
+                filter=filter,
+            )
         return search.nearest(
-            self._connections.get(),
+            conn,
             collection_id=collection_id,
-            query=np.asarray(query, dtype=np.float32),
+            query=vector,
             k=k,
             score_threshold=score_threshold,
             model=model,
-            now=self._now(),
+            now=now,
             filter=filter,
         )
 
@@ -201,6 +250,8 @@ class Repository:
         file_id: str,
         attributes: Mapping[str, AttributeValue] | None = None,
         chunking_json: str = "",
+        model: str = "",
+        dimensions: int = 0,
     ) -> CollectionFile:
         return attachments.attach(
             self._connections.get(),
@@ -209,10 +260,15 @@ class Repository:
             attributes=attributes or {},
             chunking_json=chunking_json,
             now=self._now(),
+            model=model,
+            dimensions=dimensions,
         )
 
     def get_collection_file(self, collection_id: str, file_id: str) -> CollectionFile:
         return attachments.get(self._connections.get(), collection_id, file_id)
+
+    def find_collection_file(self, collection_id: str, sha256: str) -> CollectionFile | None:
+        return attachments.find_by_content(self._connections.get(), collection_id, sha256)
 
     def list_collection_files(
         self,
@@ -258,13 +314,19 @@ class Repository:
     # Batches
 
     def create_file_batch(
-        self, collection_id: str, batch_files: Sequence[BatchFileInput]
+        self,
+        collection_id: str,
+        batch_files: Sequence[BatchFileInput],
+        model: str = "",
+        dimensions: int = 0,
     ) -> FileBatch:
         return batches.create(
             self._connections.get(),
             collection_id=collection_id,
             files=batch_files,
             now=self._now(),
+            model=model,
+            dimensions=dimensions,
         )
 
     def get_file_batch(self, collection_id: str, batch_id: str) -> FileBatch:

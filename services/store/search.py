@@ -11,13 +11,17 @@ import apsw
 from services.common.vectors import FloatMatrix, to_bytes
 from services.store.catalog import lookup, vec_table
 from services.store.compat import check_compatible, check_vectors
-from services.store.db import atomic
+from services.store.db import atomic, try_write
 from services.store.errors import InvalidArgument
 from services.store.filters import Filter, compile_filter
 from services.store.records import SearchHit
 
 # sqlite-vec's limit on k in a KNN query.
 MAX_K = 4096
+
+# Search modes (SearchRequest.mode): this module's KNN, lexical.py's bm25, fusion.py's RRF.
+VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
+MODES = (VECTOR, LEXICAL, HYBRID)
 
 # The KNN runs first (materialized, so the planner cannot push joins into vec0), then the
 # hits pick up their text and source. A filter restricts the KNN exactly with `rowid IN
@@ -116,10 +120,14 @@ def nearest(
             )
         )
     if collection.last_active_at < now:
-        # At most one write per collection per second, however many searches arrive.
-        with atomic(conn):
-            conn.execute(
+        # At most one write per collection per second, however many searches arrive, and
+        # only when the write lock is free: a search never waits behind an ingest's commit
+        # (a skipped touch is retried by the next search; expiry counts in days).
+        try_write(
+            conn,
+            lambda c: c.execute(
                 "UPDATE collections SET last_active_at = ? WHERE id = ? AND last_active_at < ?",
                 (now, key, now),
-            )
+            ),
+        )
     return hits

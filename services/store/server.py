@@ -19,6 +19,7 @@ from services.common.grpc_server import (
 from services.pb import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
 from services.store.errors import DatabaseTooNew
+from services.store.operations import OperationsSettings
 from services.store.repository import Repository
 from services.store.servicer import StoreServicer
 
@@ -36,7 +37,14 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
     Health reports NOT_SERVING until the database is migrated, then SERVING; this returns once
     SERVING. Stopping the server also shuts its worker threads and closes the database.
     """
-    repository = Repository(config.db_path)
+    repository = Repository(
+        config.db_path,
+        operations=OperationsSettings(
+            backup_dir=config.backup_dir,
+            cache_max_entries=config.cache_max_entries,
+            audit_retention_days=config.audit_retention_days,
+        ),
+    )
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="store-db")
     server = grpc.aio.server(options=SERVER_OPTIONS)
     store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(repository, executor), server)

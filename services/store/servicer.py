@@ -13,7 +13,9 @@ import grpc
 
 from services.pb import store_pb2 as pb
 from services.pb import store_pb2_grpc
+from services.store import search
 from services.store.errors import (
+    BackupExists,
     BatchNotFound,
     CollectionFileNotFound,
     CollectionNotFound,
@@ -22,6 +24,7 @@ from services.store.errors import (
     InvalidArgument,
     JobNotFound,
     LeaseLost,
+    MaintenanceRunning,
     ModelMismatch,
     StoreError,
 )
@@ -38,6 +41,11 @@ from services.store.messages import (
     job_message,
     stored_chunk_message,
 )
+from services.store.operations_messages import (
+    audit_entry_from_message,
+    audit_entry_message,
+    stats_message,
+)
 from services.store.records import BatchFileInput
 from services.store.repository import DEFAULT_LIST_LIMIT, Repository
 
@@ -48,6 +56,7 @@ T = TypeVar("T")
 # A lease long enough for one file's parse, chunk and embed; workers renew it while working.
 DEFAULT_LEASE_SECONDS = 60
 BUSY_MESSAGE = "the store's database is busy with other writes; retry shortly"
+DEFAULT_AUDIT_LIMIT = 100
 
 _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (CollectionNotFound, grpc.StatusCode.NOT_FOUND),
@@ -59,6 +68,8 @@ _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (DimensionMismatch, grpc.StatusCode.FAILED_PRECONDITION),
     (ModelMismatch, grpc.StatusCode.FAILED_PRECONDITION),
     (LeaseLost, grpc.StatusCode.FAILED_PRECONDITION),
+    (BackupExists, grpc.StatusCode.ALREADY_EXISTS),
+    (MaintenanceRunning, grpc.StatusCode.ABORTED),
 ]
 
 
@@ -188,7 +199,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
     ) -> pb.SearchResponse:
         def work() -> pb.SearchResponse:
-            query = decode_vectors(request.query_vector, request.dimensions, 1)[0]
+            mode = request.mode or search.VECTOR
+            query = None
+            if mode in (search.VECTOR, search.HYBRID):
+                query = decode_vectors(request.query_vector, request.dimensions, 1)[0]
             hits = self._repository.search(
                 collection_id=request.collection_id,
                 query=query,
@@ -196,8 +210,10 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 score_threshold=request.score_threshold,
                 model=request.model,
                 filter=filter_from_message(request.filter) if request.HasField("filter") else None,
+                mode=mode,
+                query_text=request.query_text,
             )
-            return pb.SearchResponse(hits=[hit_message(hit) for hit in hits])
+            return pb.SearchResponse(hits=[hit_message(hit) for hit in hits], mode=mode)
 
         return await self._call(context, work)
 
@@ -264,6 +280,8 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 request.file_id,
                 attributes_from_message(request.attributes),
                 request.chunking_json,
+                model=request.model,
+                dimensions=request.dimensions,
             ),
         )
         return collection_file_message(record)
@@ -296,6 +314,17 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
         return pb.ListCollectionFilesResponse(
             files=[collection_file_message(item) for item in page.items], has_more=page.has_more
         )
+
+    async def FindCollectionFile(
+        self, request: pb.FindCollectionFileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FindCollectionFileResponse:
+        record = await self._call(
+            context,
+            lambda: self._repository.find_collection_file(request.collection_id, request.sha256),
+        )
+        if record is None:
+            return pb.FindCollectionFileResponse(found=False)
+        return pb.FindCollectionFileResponse(found=True, file=collection_file_message(record))
 
     async def UpdateCollectionFile(
         self, request: pb.UpdateCollectionFileRequest, context: grpc.aio.ServicerContext
@@ -346,7 +375,12 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 )
                 for item in request.files
             ]
-            batch = self._repository.create_file_batch(request.collection_id, batch_files)
+            batch = self._repository.create_file_batch(
+                request.collection_id,
+                batch_files,
+                model=request.model,
+                dimensions=request.dimensions,
+            )
             return batch_message(batch)
 
         return await self._call(context, work)
@@ -424,3 +458,89 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
             ),
         )
         return collection_file_message(record)
+
+    # Operations
+
+    async def GetCachedEmbeddings(
+        self, request: pb.GetCachedEmbeddingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCachedEmbeddingsResponse:
+        found = await self._call(
+            context,
+            lambda: self._repository.ops.get_cached_embeddings(
+                request.model_key, request.dimensions, list(request.text_sha256)
+            ),
+        )
+        return pb.GetCachedEmbeddingsResponse(
+            found=[vector is not None for vector in found],
+            vectors=b"".join(vector for vector in found if vector is not None),
+        )
+
+    async def PutCachedEmbeddings(
+        self, request: pb.PutCachedEmbeddingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PutCachedEmbeddingsResponse:
+        stored, evicted = await self._call(
+            context,
+            lambda: self._repository.ops.put_cached_embeddings(
+                request.model_key, request.dimensions, list(request.text_sha256), request.vectors
+            ),
+        )
+        return pb.PutCachedEmbeddingsResponse(stored=stored, evicted=evicted)
+
+    async def RecordAudit(
+        self, request: pb.RecordAuditRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordAuditResponse:
+        recorded = await self._call(
+            context,
+            lambda: self._repository.ops.record_audit(
+                [audit_entry_from_message(entry) for entry in request.entries]
+            ),
+        )
+        return pb.RecordAuditResponse(recorded=recorded)
+
+    async def ListAudit(
+        self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAuditResponse:
+        page = await self._call(
+            context,
+            lambda: self._repository.ops.list_audit(
+                limit=request.limit or DEFAULT_AUDIT_LIMIT,
+                operation=request.operation or None,
+                collection_id=request.collection_id or None,
+                before_id=request.before_id or None,
+            ),
+        )
+        return pb.ListAuditResponse(
+            entries=[audit_entry_message(entry) for entry in page.items], has_more=page.has_more
+        )
+
+    async def GetStats(
+        self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StoreStats:
+        return stats_message(await self._call(context, self._repository.ops.stats))
+
+    async def Backup(
+        self, request: pb.BackupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BackupResponse:
+        result = await self._call(context, lambda: self._repository.ops.backup(request.name))
+        log.info(
+            "backup written to %s (%d bytes, %.1f s)", result.path, result.bytes, result.seconds
+        )
+        return pb.BackupResponse(path=str(result.path), bytes=result.bytes, seconds=result.seconds)
+
+    async def Vacuum(
+        self, request: pb.VacuumRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VacuumResponse:
+        result = await self._call(context, self._repository.ops.vacuum)
+        log.info(
+            "vacuum: %d -> %d bytes in %.1f s (%d vector tables compacted)",
+            result.bytes_before,
+            result.bytes_after,
+            result.seconds,
+            result.compacted,
+        )
+        return pb.VacuumResponse(
+            bytes_before=result.bytes_before,
+            bytes_after=result.bytes_after,
+            seconds=result.seconds,
+            compacted_collections=result.compacted,
+        )

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse
 
 from services.gateway import objects
 from services.gateway.errors import invalid
-from services.gateway.ingest import ChunkingStrategy, resolve_chunking
+from services.gateway.ingest import ChunkingStrategy, check_store_model, resolve_chunking
 from services.gateway.params import attributes, json_body, query_choice, query_int
 from services.gateway.parsing import UnsupportedFile, check_supported
 from services.gateway.state import Services, services
@@ -33,10 +33,14 @@ async def attach_many(
     files: Sequence[tuple[str, dict[str, Attribute], ChunkingStrategy]],
 ) -> store_pb2.FileBatch:
     """Attaches files in one store transaction (as a batch) and wakes the ingest workers."""
+    model = await deps.embedder.info()
     batch: store_pb2.FileBatch = await deps.store.call(
         "CreateFileBatch",
         store_pb2.CreateFileBatchRequest(
             collection_id=store_id,
+            # The store refuses the batch if it was indexed with another model.
+            model=model.name,
+            dimensions=model.dimensions,
             files=[
                 store_pb2.BatchFile(
                     file_id=file_id,
@@ -71,8 +75,11 @@ async def attach_file(request: Request) -> JSONResponse:
             check_supported(upload.filename)
         except UnsupportedFile as error:
             raise invalid(str(error), param="file", code="unsupported_file") from None
-        # An unknown store fails before the upload is stored.
-        await deps.store.call("GetCollection", store_pb2.GetCollectionRequest(id=store_id))
+        # An unknown store, or one indexed with another model, fails before the upload is stored.
+        collection = await deps.store.call(
+            "GetCollection", store_pb2.GetCollectionRequest(id=store_id)
+        )
+        check_store_model(collection, await deps.embedder.info())
         created = await deps.store.call(
             "CreateFile",
             store_pb2.CreateFileRequest(
@@ -81,7 +88,8 @@ async def attach_file(request: Request) -> JSONResponse:
         )
         file_id, fields = created.id, upload.fields
     attrs = attributes({"attributes": form_json(fields, "attributes")})
-    strategy = resolve_chunking(form_json(fields, "chunking_strategy"), await deps.embedder.info())
+    model = await deps.embedder.info()
+    strategy = resolve_chunking(form_json(fields, "chunking_strategy"), model)
     attached = await deps.store.call(
         "AttachFile",
         store_pb2.AttachFileRequest(
@@ -89,6 +97,9 @@ async def attach_file(request: Request) -> JSONResponse:
             file_id=file_id,
             attributes=attributes_message(attrs),
             chunking_json=json.dumps(strategy.as_json()),
+            # The store refuses the file if the vector store was indexed with another model.
+            model=model.name,
+            dimensions=model.dimensions,
         ),
     )
     deps.workers.wake()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.common.vectors import to_bytes
 from services.gateway import objects
-from services.gateway.errors import invalid
+from services.gateway.errors import ApiError, invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
 from services.gateway.params import (
@@ -24,11 +27,22 @@ from services.gateway.params import (
     query_int,
 )
 from services.gateway.routes.vector_store_files import attach_many
-from services.gateway.state import services
+from services.gateway.state import Services, services
 from services.gateway.store_client import attributes_python
 from services.pb import store_pb2
 
+log = logging.getLogger(__name__)
+
 RANKERS = ("auto", "default-2024-11-15", "none")
+# The extension field `mode` of a search (see the store's SearchRequest.mode).
+VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
+MODES = (VECTOR, LEXICAL, HYBRID)
+# Embedder failures after which a search answers from the lexical index instead: the embedder
+# is down or not answering. A 429 (overloaded) is passed on with its Retry-After, as clients
+# retry it and get full-quality results moments later; anything else is a real error.
+EMBEDDER_DOWN = frozenset({503, 504})
+DEGRADED_HEADER = "X-Ragd-Degraded"
+DEGRADED_REASON = "embedder-unavailable"
 
 
 def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
@@ -129,14 +143,49 @@ def _queries(body: dict[str, Any]) -> list[str]:
         raise invalid("'query' must be a non-empty string or array of strings", param="query")
     if not all(isinstance(q, str) and q.strip() for q in queries):
         raise invalid("every 'query' must be a non-empty string", param="query")
+    for query in queries:
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:
+            # JSON can carry lone surrogates ("\ud800"), which protobuf strings cannot.
+            raise invalid(
+                "'query' is not valid Unicode text (lone surrogate)", param="query"
+            ) from None
     return queries
 
 
+def _search_mode(body: dict[str, Any]) -> str:
+    mode = optional_str(body, "mode", VECTOR) or VECTOR
+    if mode not in MODES:
+        raise invalid(f"'mode' must be one of {', '.join(MODES)}, got {mode!r}", param="mode")
+    return mode
+
+
+async def _embed_queries(
+    deps: Services, store_id: str, queries: list[str]
+) -> tuple[str, list[npt.NDArray[np.float32]]] | None:
+    """The model name and one vector per query; None when the embedder is unavailable."""
+    # Fail on an unknown store before paying for the embedding.
+    await deps.store.call("GetCollection", store_pb2.GetCollectionRequest(id=store_id))
+    try:
+        model = await deps.embedder.info()
+        # Queries are short; truncating an over-long one beats refusing to search.
+        embedded = await deps.embedder.embed(queries, truncate=True)
+    except ApiError as error:
+        if error.status not in EMBEDDER_DOWN:
+            raise
+        log.warning("embedder unavailable (%s): searching %s lexically", error.status, store_id)
+        return None
+    return model.name, [np.asarray(vector, dtype=np.float32) for vector in embedded.vectors]
+
+
 async def search(request: Request) -> JSONResponse:
+    started = time.perf_counter()
     deps = services(request)
     store_id = request.path_params["store_id"]
     body = await json_body(request)
     queries = _queries(body)
+    requested = _search_mode(body)
     k = optional_int(body, "max_num_results", 10, 1, 50)
     ranking = optional_object(body, "ranking_options") or {}
     threshold = optional_number(ranking, "score_threshold", 0.0, 0.0, 1.0)
@@ -148,24 +197,32 @@ async def search(request: Request) -> JSONResponse:
     if not isinstance(body.get("rewrite_query", False), bool):
         raise invalid("'rewrite_query' must be a boolean", param="rewrite_query")
     filters = parse_filter(body["filters"]) if body.get("filters") is not None else None
-    # Fail on an unknown store before paying for the embedding.
-    await deps.store.call("GetCollection", store_pb2.GetCollectionRequest(id=store_id))
-    model = await deps.embedder.info()
-    # Queries are short; truncating an over-long one beats refusing to search.
-    embedded = await deps.embedder.embed(queries, truncate=True)
+    mode, model_name, vectors = requested, "", None
+    # Lexical search never needs the embedder; the others fall back to it when it is down.
+    if requested != LEXICAL:
+        embedded = await _embed_queries(deps, store_id, queries)
+        if embedded is None:
+            mode = LEXICAL
+        else:
+            model_name, vectors = embedded
+    degraded = mode != requested
     best: dict[str, store_pb2.SearchHit] = {}
-    for vector in embedded.vectors:
+    for index, query in enumerate(queries):
         request_message = store_pb2.SearchRequest(
             collection_id=store_id,
-            query_vector=to_bytes(np.asarray(vector)),
-            dimensions=int(vector.shape[-1]),
             k=k,
             score_threshold=threshold,
-            model=model.name,
+            mode=mode,
+            query_text=query,
         )
+        if vectors is not None:
+            request_message.query_vector = to_bytes(vectors[index])
+            request_message.dimensions = int(vectors[index].shape[-1])
+            request_message.model = model_name
         if filters is not None:
             request_message.filter.CopyFrom(filters)
         reply = await deps.store.call("Search", request_message)
+        # Several queries: each chunk keeps its best score over them.
         for hit in reply.hits:
             if hit.chunk_id not in best or best[hit.chunk_id].score < hit.score:
                 best[hit.chunk_id] = hit
@@ -180,6 +237,15 @@ async def search(request: Request) -> JSONResponse:
         }
         for hit in hits
     ]
+    deps.audit.record(
+        "search",
+        store_id,
+        latency_ms=(time.perf_counter() - started) * 1000,
+        k=k,
+        result_count=len(data),
+        degraded=degraded,
+        detail=mode,
+    )
     return JSONResponse(
         {
             "object": "vector_store.search_results.page",
@@ -188,5 +254,10 @@ async def search(request: Request) -> JSONResponse:
             "data": data,
             "has_more": False,
             "next_page": None,
-        }
+            # Extensions: the mode that ranked the results, and whether it replaced the one
+            # asked for because the embedder was unavailable.
+            "mode": mode,
+            "degraded": degraded,
+        },
+        headers={DEGRADED_HEADER: DEGRADED_REASON} if degraded else None,
     )

@@ -1,0 +1,148 @@
+"""Operator routes: backup, vacuum, stats, audit log. Protected by the API keys like /v1."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from services.gateway.errors import invalid
+from services.gateway.params import optional_str, query_int
+from services.gateway.state import services
+from services.pb import store_pb2
+
+# Backups and vacuums take as long as the database is large: not the usual store deadline.
+MAINTENANCE_TIMEOUT = 3600.0
+AUDIT_OPERATIONS = ("search", "ingest")
+
+
+async def _optional_json(request: Request) -> dict[str, Any]:
+    """The JSON object body, or {} when there is none."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise invalid(f"the request body is not valid JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise invalid("the request body must be a JSON object")
+    return body
+
+
+async def backup(request: Request) -> JSONResponse:
+    """{"path": optional name inside the store's backup directory} -> where it was written."""
+    body = await _optional_json(request)
+    name = optional_str(body, "path", "") or ""
+    reply = await services(request).store.call(
+        "Backup", store_pb2.BackupRequest(name=name), timeout=MAINTENANCE_TIMEOUT
+    )
+    return JSONResponse(
+        {"path": reply.path, "bytes": reply.bytes, "seconds": round(reply.seconds, 3)}
+    )
+
+
+async def vacuum(request: Request) -> JSONResponse:
+    reply = await services(request).store.call(
+        "Vacuum", store_pb2.VacuumRequest(), timeout=MAINTENANCE_TIMEOUT
+    )
+    return JSONResponse(
+        {
+            "bytes_before": reply.bytes_before,
+            "bytes_after": reply.bytes_after,
+            "seconds": round(reply.seconds, 3),
+            "compacted_vector_stores": reply.compacted_collections,
+        }
+    )
+
+
+async def stats(request: Request) -> JSONResponse:
+    deps = services(request)
+    reply: store_pb2.StoreStats = await deps.store.call("GetStats", store_pb2.GetStatsRequest())
+    cache = reply.cache
+    return JSONResponse(
+        {
+            "object": "ragd.stats",
+            "global": {
+                "schema_version": reply.schema_version,
+                "db_bytes": reply.db_bytes,
+                "wal_bytes": reply.wal_bytes,
+                "free_bytes": reply.free_bytes,
+                "vector_stores": reply.collections,
+                "files": reply.files,
+                "file_bytes": reply.file_bytes,
+                "chunks": reply.chunks,
+                "vectors": reply.vectors,
+                "usage_bytes": reply.usage_bytes,
+                "jobs": {"pending": reply.jobs_pending, "leased": reply.jobs_leased},
+                "audit_entries": reply.audit_entries,
+            },
+            "embedding_cache": {
+                # This gateway's setting (RAGD_EMBED_CACHE); the rest is the store's.
+                "enabled": deps.config.embed_cache,
+                "entries": cache.entries,
+                "bytes": cache.bytes,
+                "max_entries": cache.max_entries,
+                "hits": cache.hits,
+                "misses": cache.misses,
+                "hit_rate": round(cache.hit_rate, 4),
+                "stored": cache.stored,
+                "evicted": cache.evicted,
+            },
+            "vector_stores": [
+                {
+                    "id": item.id,
+                    "name": item.name,
+                    "embedding_model": {"name": item.model, "dimensions": item.dimensions},
+                    "files": item.files,
+                    "chunks": item.chunks,
+                    "vectors": item.vectors,
+                    "vector_slots": item.vector_slots,
+                    "usage_bytes": item.usage_bytes,
+                }
+                for item in reply.per_collection
+            ],
+        }
+    )
+
+
+async def audit(request: Request) -> JSONResponse:
+    """Newest first; `before` (an entry id) pages on to older entries."""
+    operation = request.query_params.get("operation", "")
+    if operation and operation not in AUDIT_OPERATIONS:
+        raise invalid(
+            f"'operation' must be one of {', '.join(AUDIT_OPERATIONS)}", param="operation"
+        )
+    reply = await services(request).store.call(
+        "ListAudit",
+        store_pb2.ListAuditRequest(
+            limit=query_int(request, "limit", 100, 1, 1000),
+            operation=operation,
+            collection_id=request.query_params.get("store", ""),
+            before_id=query_int(request, "before", 0, 0, 2**62),
+        ),
+    )
+    data = [
+        {
+            "id": entry.id,
+            "at": entry.at,
+            "operation": entry.operation,
+            "vector_store_id": entry.collection_id or None,
+            "k": entry.k,
+            "latency_ms": round(entry.latency_ms, 3),
+            "result_count": entry.result_count,
+            "degraded": entry.degraded,
+            "detail": entry.detail,
+        }
+        for entry in reply.entries
+    ]
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": data,
+            "has_more": reply.has_more,
+            "last_id": data[-1]["id"] if data else None,
+        }
+    )

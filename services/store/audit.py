@@ -1,0 +1,166 @@
+"""The audit log: one row per ingest and search call, kept for a configurable number of days.
+
+The gateway measures the calls (it sees the embedding time and whether a search was degraded)
+and sends the rows in batches, so recording costs a search nothing on its own path. Rows past
+the retention are pruned on write, at most every few minutes and in bounded batches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import apsw
+
+from services.store.db import atomic
+from services.store.errors import InvalidArgument
+from services.store.records import Page
+
+OPERATIONS = ("search", "ingest")
+MAX_RECORD = 1000
+MAX_LIST_LIMIT = 1000
+MAX_DETAIL = 500
+DEFAULT_RETENTION_DAYS = 30
+PRUNE_INTERVAL_SECONDS = 300
+PRUNE_BATCH = 10_000
+_DAY_SECONDS = 86400
+# id, at, operation, collection_id, k, latency_ms, result_count, degraded, detail
+_Row = tuple[int, float, str, str, int, float, int, int, str]
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    # Unix seconds (fractional) when the call was made.
+    at: float
+    # "search" or "ingest".
+    operation: str
+    # Public vector store id.
+    collection_id: str = ""
+    k: int = 0
+    latency_ms: float = 0.0
+    result_count: int = 0
+    degraded: bool = False
+    # e.g. the file id and outcome of an ingest, or the search mode.
+    detail: str = ""
+    # Assigned by the store; 0 before the entry is recorded.
+    id: int = 0
+
+
+def _check(entry: AuditEntry, index: int) -> None:
+    if entry.operation not in OPERATIONS:
+        raise InvalidArgument(
+            f"entries[{index}].operation must be one of {', '.join(OPERATIONS)}, "
+            f"got {entry.operation!r}"
+        )
+    if not (math.isfinite(entry.at) and entry.at > 0):
+        raise InvalidArgument(f"entries[{index}].at must be a positive unix time")
+    if not (math.isfinite(entry.latency_ms) and entry.latency_ms >= 0):
+        raise InvalidArgument(f"entries[{index}].latency_ms must be a non-negative number")
+    if entry.k < 0 or entry.result_count < 0:
+        raise InvalidArgument(f"entries[{index}]: k and result_count must not be negative")
+
+
+def record(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> int:
+    """Appends the entries in one transaction; returns how many were written."""
+    if len(entries) > MAX_RECORD:
+        raise InvalidArgument(f"at most {MAX_RECORD} audit entries per call, got {len(entries)}")
+    for index, entry in enumerate(entries):
+        _check(entry, index)
+    if not entries:
+        return 0
+    with atomic(conn):
+        conn.executemany(
+            "INSERT INTO audit_log (at, operation, collection_id, k, latency_ms, result_count,"
+            " degraded, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    entry.at,
+                    entry.operation,
+                    entry.collection_id,
+                    entry.k,
+                    entry.latency_ms,
+                    entry.result_count,
+                    int(entry.degraded),
+                    entry.detail[:MAX_DETAIL],
+                )
+                for entry in entries
+            ],
+        )
+    return len(entries)
+
+
+def prune(conn: apsw.Connection, *, now: float, retention_days: int) -> int:
+    """Deletes up to PRUNE_BATCH entries older than the retention; returns how many."""
+    if retention_days <= 0:
+        return 0
+    cutoff = now - retention_days * _DAY_SECONDS
+    with atomic(conn):
+        before = conn.total_changes()
+        conn.execute(
+            "DELETE FROM audit_log WHERE id IN"
+            " (SELECT id FROM audit_log WHERE at < ? ORDER BY at LIMIT ?)",
+            (cutoff, PRUNE_BATCH),
+        )
+        return conn.total_changes() - before
+
+
+def list_page(
+    conn: apsw.Connection,
+    *,
+    limit: int,
+    operation: str | None,
+    collection_id: str | None,
+    before_id: int | None,
+) -> Page[AuditEntry]:
+    """Newest first; `before_id` pages on from the last entry of the previous page."""
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise InvalidArgument(f"limit must be 1..{MAX_LIST_LIMIT}, got {limit}")
+    if operation and operation not in OPERATIONS:
+        raise InvalidArgument(
+            f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}"
+        )
+    conditions: list[str] = []
+    params: list[Any] = []
+    if operation:
+        conditions.append("operation = ?")
+        params.append(operation)
+    if collection_id:
+        conditions.append("collection_id = ?")
+        params.append(collection_id)
+    if before_id:
+        conditions.append("id < ?")
+        params.append(before_id)
+    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    with atomic(conn, write=False):
+        rows = cast(
+            list[_Row],
+            conn.execute(
+                "SELECT id, at, operation, collection_id, k, latency_ms, result_count, degraded,"
+                f" detail FROM audit_log {where} ORDER BY id DESC LIMIT ?",
+                (*params, limit + 1),
+            ).fetchall(),
+        )
+    items = [
+        AuditEntry(
+            id=row[0],
+            at=row[1],
+            operation=row[2],
+            collection_id=row[3],
+            k=row[4],
+            latency_ms=row[5],
+            result_count=row[6],
+            degraded=bool(row[7]),
+            detail=row[8],
+        )
+        for row in rows[:limit]
+    ]
+    return Page(items=items, has_more=len(rows) > limit)
+
+
+def count(conn: apsw.Connection) -> int:
+    # Entries are only ever pruned oldest first, so the ids in the table are contiguous: no
+    # scan of what may be millions of rows.
+    row = conn.execute("SELECT max(id) - min(id) + 1 FROM audit_log").fetchone()
+    return int(row[0] or 0) if row is not None else 0

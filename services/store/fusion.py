@@ -1,0 +1,110 @@
+"""Hybrid search: reciprocal rank fusion of the vector and the lexical rankings.
+
+RRF (Cormack, Clarke and Buettcher, 2009) scores a chunk sum(1 / (RRF_K + rank)) over the
+lists it appears in, ranks starting at 1. It needs no calibration between cosine scores and
+bm25, which live on unrelated scales, and a chunk near the top of either list stays near the
+top of the fusion. Each list contributes its top candidate_count(k) chunks, under the same
+attribute filter; fused scores are then divided by the best one, so the top hit scores 1 and
+score_threshold applies to those final scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import apsw
+
+from services.common.vectors import FloatMatrix
+from services.store import lexical
+from services.store.filters import Filter
+from services.store.records import SearchHit
+from services.store.search import MAX_K, nearest
+
+# The constant of the original paper; it damps the weight of the very first ranks.
+RRF_K = 60
+# Each list offers at least this many candidates, and CANDIDATE_FACTOR * k for larger k: a
+# chunk ranked just below k in both lists can beat one ranked first in only one.
+MIN_CANDIDATES = 50
+CANDIDATE_FACTOR = 4
+
+
+def candidate_count(k: int) -> int:
+    return min(MAX_K, max(MIN_CANDIDATES, CANDIDATE_FACTOR * k))
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[str]], rrf_k: int = RRF_K
+) -> list[tuple[str, float]]:
+    """Ids with their fused scores, best first; ties go to the id with the better single rank,
+    then to the earlier list."""
+    scores: dict[str, float] = {}
+    best_rank: dict[str, int] = {}
+    for ranking in rankings:
+        for rank, item in enumerate(ranking, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (rrf_k + rank)
+            best_rank[item] = min(best_rank.get(item, rank), rank)
+    # sorted() is stable, so equal keys keep their first-seen order.
+    return sorted(scores.items(), key=lambda pair: (-pair[1], best_rank[pair[0]]))
+
+
+def fuse(
+    vector_hits: Sequence[SearchHit],
+    lexical_hits: Sequence[SearchHit],
+    k: int,
+    score_threshold: float,
+) -> list[SearchHit]:
+    """The top k of the fused ranking, scores normalized so the best is 1, then thresholded."""
+    by_id = {hit.chunk_id: hit for hit in lexical_hits}
+    by_id.update((hit.chunk_id, hit) for hit in vector_hits)
+    fused = reciprocal_rank_fusion(
+        [[hit.chunk_id for hit in vector_hits], [hit.chunk_id for hit in lexical_hits]]
+    )
+    if not fused:
+        return []
+    best = fused[0][1]
+    hits = []
+    for chunk_id, value in fused[:k]:
+        score = min(1.0, value / best)
+        if score >= score_threshold:
+            hits.append(dataclasses.replace(by_id[chunk_id], score=score))
+    return hits
+
+
+def hybrid(
+    conn: apsw.Connection,
+    *,
+    collection_id: str,
+    query: FloatMatrix,
+    text: str,
+    k: int,
+    score_threshold: float,
+    model: str,
+    now: int,
+    filter: Filter | None = None,
+) -> list[SearchHit]:
+    """The k best chunks by RRF of the vector ranking of `query` and the bm25 ranking of
+    `text`, both restricted by the same filter."""
+    lexical.check_arguments(k, score_threshold)
+    candidates = candidate_count(k)
+    lexical_hits = lexical.matches(
+        conn,
+        collection_id=collection_id,
+        text=text,
+        k=candidates,
+        score_threshold=0.0,
+        now=now,
+        filter=filter,
+        touch=False,
+    )
+    vector_hits = nearest(
+        conn,
+        collection_id=collection_id,
+        query=query,
+        k=candidates,
+        score_threshold=0.0,
+        model=model,
+        now=now,
+        filter=filter,
+    )
+    return fuse(vector_hits, lexical_hits, k, score_threshold)

@@ -1,0 +1,292 @@
+"""Operations on the whole database: online backup, vacuum, and statistics."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import cast
+
+import apsw
+import sqlite_vec
+
+from services.store import audit, cache
+from services.store.catalog import vec_table
+from services.store.db import atomic
+from services.store.errors import BackupExists, InvalidArgument
+
+BACKUP_SUFFIX = ".db"
+# Live jobs only (the partial index), never the finished ones that accumulate.
+_LIVE_JOBS = (
+    "SELECT count(*) FROM jobs INDEXED BY jobs_live WHERE state <> 'done' AND state = '{state}'"
+)
+
+
+@dataclass(frozen=True)
+class BackupResult:
+    path: Path
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+    # Vector stores whose vec0 table was rebuilt to drop the slots of deleted vectors.
+    compacted: int
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    id: str
+    name: str
+    model: str
+    dimensions: int
+    files: int
+    chunks: int
+    # Rows in the vector table (equal to chunks in a consistent database).
+    vectors: int
+    # Vector slots the vec0 table has allocated; above `vectors` after deletions until vacuum.
+    vector_slots: int
+    usage_bytes: int
+
+
+@dataclass(frozen=True)
+class DatabaseStats:
+    schema_version: int
+    # The database file, its write-ahead log, and the free pages inside the file.
+    db_bytes: int
+    wal_bytes: int
+    free_bytes: int
+    collections: list[CollectionStats]
+    files: int
+    file_bytes: int
+    chunks: int
+    vectors: int
+    usage_bytes: int
+    jobs_pending: int
+    jobs_leased: int
+    cache: cache.CacheSize
+    audit_entries: int
+
+
+def file_bytes(path: Path) -> tuple[int, int]:
+    """Sizes of the database file and of its write-ahead log (0 when absent)."""
+    sizes = []
+    for candidate in (path, path.with_name(path.name + "-wal")):
+        try:
+            sizes.append(candidate.stat().st_size)
+        except FileNotFoundError:
+            sizes.append(0)
+    return sizes[0], sizes[1]
+
+
+def resolve_backup_path(backup_dir: Path, name: str) -> Path:
+    """The backup file for `name`, which must stay inside backup_dir (symlinks resolved)."""
+    if not name or "\x00" in name:
+        raise InvalidArgument("the backup path must be a non-empty file name")
+    candidate = Path(name)
+    if candidate.is_absolute():
+        raise InvalidArgument(
+            f"the backup path must be relative to the backup directory {str(backup_dir)!r}, "
+            f"got the absolute path {name!r}"
+        )
+    root = backup_dir.resolve()
+    target = (root / candidate).resolve()
+    if root not in target.parents:
+        raise InvalidArgument(
+            f"the backup path {name!r} escapes the backup directory {str(backup_dir)!r}; "
+            "use a file name inside it"
+        )
+    return target
+
+
+def default_backup_name(now: float) -> str:
+    return time.strftime("ragd-%Y%m%dT%H%M%SZ", time.gmtime(now)) + BACKUP_SUFFIX
+
+
+def _open_plain(path: Path) -> apsw.Connection:
+    conn = apsw.Connection(str(path))
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    conn.enable_load_extension(False)
+    return conn
+
+
+def backup(conn: apsw.Connection, *, target: Path) -> BackupResult:
+    """Copies the database to `target` as one consistent snapshot while writes go on.
+
+    The copy is made in a single backup step, i.e. inside one read transaction on the source:
+    under WAL, writers are not blocked meanwhile and none of their later commits leak in. The
+    file is written under a temporary name, checked, synced and only then renamed, so a
+    backup file that exists is complete. It is a self-contained rollback-journal database
+    (no -wal file to carry along).
+    """
+    if target.exists():
+        raise BackupExists(f"a backup named {target.name!r} already exists at {str(target)!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    started = time.monotonic()
+    try:
+        dest = _open_plain(partial)
+        try:
+            with dest.backup("main", conn, "main") as step:
+                step.step(-1)
+            dest.execute("PRAGMA journal_mode = DELETE")
+            problems = [row[0] for row in dest.execute("PRAGMA quick_check")]
+        finally:
+            dest.close()
+        if problems != ["ok"]:
+            raise RuntimeError(f"the backup failed its check: {problems[:5]}")
+        with open(partial, "rb") as handle:
+            os.fsync(handle.fileno())
+        if target.exists():
+            raise BackupExists(f"a backup named {target.name!r} was created meanwhile")
+        os.replace(partial, target)
+        _fsync_dir(target.parent)
+    finally:
+        for leftover in (partial, partial.with_name(partial.name + "-journal")):
+            leftover.unlink(missing_ok=True)
+    return BackupResult(
+        path=target, bytes=target.stat().st_size, seconds=time.monotonic() - started
+    )
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class _VectorSlots:
+    live: int
+    # Allocated slots, in `chunks` chunks of `per_chunk` slots.
+    slots: int
+    chunks: int
+    per_chunk: int
+
+
+def _vector_slots(conn: apsw.Connection, key: int) -> _VectorSlots | None:
+    """How full a vec0 table's chunks are, from sqlite-vec's shadow tables.
+
+    None if they are not laid out as sqlite-vec 0.1 does (a future version): callers then
+    count rows the slow way and skip compaction.
+    """
+    table = vec_table(key)
+    try:
+        live = _scalar(conn, f"SELECT count(*) FROM {table}_rowids")
+        row = conn.execute(
+            f"SELECT coalesce(sum(size), 0), count(*), coalesce(max(size), 0) FROM {table}_chunks"
+        ).fetchone()
+    except apsw.SQLError:
+        return None
+    if row is None:
+        return None
+    return _VectorSlots(live=live, slots=int(row[0]), chunks=int(row[1]), per_chunk=int(row[2]))
+
+
+def _compact(conn: apsw.Connection, key: int) -> bool:
+    """Rebuilds a vec0 table whose deleted vectors left whole chunks' worth of empty slots.
+
+    sqlite-vec 0.1 stores vectors in fixed chunks (1024 slots) and frees a chunk only when
+    every vector in it is deleted; new vectors never reuse freed slots. Re-inserting the live
+    vectors packs them into as few chunks as they need. One transaction per vector store.
+    """
+    table = vec_table(key)
+    with atomic(conn):
+        found = _vector_slots(conn, key)
+        if found is None or found.per_chunk <= 0:
+            return False
+        if found.chunks <= math.ceil(found.live / found.per_chunk):
+            return False
+        conn.execute(f"CREATE TEMP TABLE vec_keep AS SELECT rowid AS id, embedding FROM {table}")
+        conn.execute(f"DELETE FROM {table}")
+        conn.execute(
+            f"INSERT INTO {table} (rowid, embedding)"
+            " SELECT id, embedding FROM temp.vec_keep ORDER BY id"
+        )
+        conn.execute("DROP TABLE temp.vec_keep")
+    return True
+
+
+def vacuum(conn: apsw.Connection, *, path: Path) -> VacuumResult:
+    """Compacts fragmented vector tables, rebuilds the file and truncates the WAL.
+
+    Writers wait while it runs (readers do not); VACUUM needs free disk space of up to twice
+    the database's size meanwhile.
+    """
+    started = time.monotonic()
+    before = sum(file_bytes(path))
+    keys = [int(row[0]) for row in conn.execute("SELECT id FROM collections ORDER BY id")]
+    compacted = sum(1 for key in keys if _compact(conn, key))
+    conn.execute("VACUUM")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return VacuumResult(
+        bytes_before=before,
+        bytes_after=sum(file_bytes(path)),
+        seconds=time.monotonic() - started,
+        compacted=compacted,
+    )
+
+
+def _scalar(conn: apsw.Connection, sql: str) -> int:
+    row = conn.execute(sql).fetchone()
+    return int(row[0] or 0) if row is not None else 0
+
+
+def stats(conn: apsw.Connection, *, path: Path) -> DatabaseStats:
+    """Global and per vector store figures, from one consistent snapshot."""
+    with atomic(conn, write=False):
+        page_size = _scalar(conn, "PRAGMA page_size")
+        rows = cast(
+            list[tuple[int, str, str, str, int, int, int, int]],
+            conn.execute(
+                "SELECT id, public_id, name, model, dimensions, file_count, chunk_count,"
+                " usage_bytes FROM collections ORDER BY id"
+            ).fetchall(),
+        )
+        collections = []
+        for key, public_id, name, model, dims, files, chunks, usage in rows:
+            found = _vector_slots(conn, key)
+            if found is None:
+                vectors = slots = _scalar(conn, f"SELECT count(*) FROM {vec_table(key)}")
+            else:
+                vectors, slots = found.live, found.slots
+            collections.append(
+                CollectionStats(
+                    id=public_id,
+                    name=name,
+                    model=model,
+                    dimensions=dims,
+                    files=files,
+                    chunks=chunks,
+                    vectors=vectors,
+                    vector_slots=slots,
+                    usage_bytes=usage,
+                )
+            )
+        result = DatabaseStats(
+            schema_version=_scalar(conn, "PRAGMA user_version"),
+            db_bytes=0,
+            wal_bytes=0,
+            free_bytes=page_size * _scalar(conn, "PRAGMA freelist_count"),
+            collections=collections,
+            files=_scalar(conn, "SELECT count(*) FROM files"),
+            file_bytes=_scalar(conn, "SELECT sum(bytes) FROM files"),
+            chunks=sum(c.chunks for c in collections),
+            vectors=sum(c.vectors for c in collections),
+            usage_bytes=sum(c.usage_bytes for c in collections),
+            jobs_pending=_scalar(conn, _LIVE_JOBS.format(state="pending")),
+            jobs_leased=_scalar(conn, _LIVE_JOBS.format(state="leased")),
+            cache=cache.size(conn),
+            audit_entries=audit.count(conn),
+        )
+    db, wal = file_bytes(path)
+    return replace(result, db_bytes=db, wal_bytes=wal)

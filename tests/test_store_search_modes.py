@@ -1,0 +1,505 @@
+"""Search modes in the store: the FTS5 index (migration 3), lexical bm25, hybrid RRF."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.common.vectors import to_bytes
+from services.pb import store_pb2 as pb
+from services.store import migrations
+from services.store.db import open_database
+from services.store.errors import InvalidArgument
+from services.store.filters import Comparison, Filter, matches
+from services.store.fusion import (
+    MIN_CANDIDATES,
+    RRF_K,
+    candidate_count,
+    reciprocal_rank_fusion,
+)
+from services.store.lexical import MAX_QUERY_TERMS, fts_query
+from services.store.records import ChunkInput, SearchHit
+from services.store.repository import Repository
+from services.store.search import MAX_K
+from tests.store_fixtures import (
+    MODEL,
+    FakeClock,
+    check_invariants,
+    open_repository,
+    running_store,
+    unit_vectors,
+    upload,
+)
+from tests.test_store_filters import Attributes, attributes_strategy, filter_strategy
+
+DIMS = 8
+FIXTURE_V1 = Path(__file__).parent / "data" / "schema_v1.db.fixture"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def repo(tmp_path: Path, clock: FakeClock) -> Iterator[Repository]:
+    repository = open_repository(tmp_path / "ragd.db", clock=clock)
+    try:
+        yield repository
+        check_invariants(repository.path)
+        check_fts_index(repository.path)
+    finally:
+        repository.close()
+
+
+def check_fts_index(path: Path) -> None:
+    """FTS5's own check that the index holds exactly the rows of its content table."""
+    conn = open_database(path)
+    try:
+        conn.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 1)")
+    finally:
+        conn.close()
+
+
+def add_file(
+    repo: Repository,
+    collection_id: str,
+    texts: list[str],
+    vectors: npt.ArrayLike | None = None,
+    attributes: Attributes | None = None,
+    name: str = "doc.txt",
+) -> str:
+    """A completed file with these chunk texts (random vectors unless given); its id."""
+    file = upload(repo, "\n".join(texts) + name, filename=name)
+    if vectors is None:
+        vectors = unit_vectors(np.random.default_rng(len(texts)), len(texts), DIMS)
+    repo.add_chunks(
+        collection_id,
+        file.id,
+        name,
+        attributes or {},
+        [ChunkInput(text, token_count=len(text.split())) for text in texts],
+        vectors,
+        MODEL,
+    )
+    return file.id
+
+
+def lexical(repo: Repository, collection_id: str, text: str, **kwargs: object) -> list[SearchHit]:
+    kwargs.setdefault("k", 10)
+    return repo.search(collection_id, None, mode="lexical", query_text=text, **kwargs)  # type: ignore[arg-type]
+
+
+def texts(hits: list[SearchHit]) -> list[str]:
+    return [hit.text for hit in hits]
+
+
+# Migration 3
+
+
+def test_migration_3_indexes_the_chunks_of_an_existing_database(tmp_path: Path) -> None:
+    path = tmp_path / "ragd.db"
+    shutil.copy(FIXTURE_V1, path)
+    with open_repository(path) as repo:
+        assert repo.migrate() == len(migrations.MIGRATIONS)
+        (collection,) = repo.list_collections().items
+        hits = lexical(repo, collection.id, "chunk", k=20)
+        assert len(hits) == collection.chunk_count == 12
+        only = lexical(repo, collection.id, "chunk 3", k=20, filter=Comparison("n", "eq", 1.0))
+        assert only[0].text == "file 1 chunk 3"
+        assert {hit.file_id for hit in only} == {"file-fixture1"}
+    check_fts_index(path)
+
+
+def test_the_index_follows_inserts_replacements_and_deletes(repo: Repository) -> None:
+    collection = repo.create_collection("notes", MODEL, DIMS)
+    kept = add_file(repo, collection.id, ["the quokka smiles", "a quiet wombat"], name="a.txt")
+    gone = add_file(repo, collection.id, ["another quokka", "kangaroo facts"], name="b.txt")
+    assert len(lexical(repo, collection.id, "quokka")) == 2
+    # Adding a file again replaces its chunks: old words leave the index.
+    vectors = unit_vectors(np.random.default_rng(0), 1, DIMS)
+    repo.add_chunks(collection.id, kept, "a.txt", {}, [ChunkInput("platypus", 1)], vectors, MODEL)
+    assert [hit.file_id for hit in lexical(repo, collection.id, "quokka")] == [gone]
+    repo.detach_file(collection.id, gone)
+    assert lexical(repo, collection.id, "quokka kangaroo") == []
+    other = repo.create_collection("other", MODEL, DIMS)
+    add_file(repo, other.id, ["platypus in another store"])
+    repo.delete_collection(collection.id)
+    assert texts(lexical(repo, other.id, "platypus")) == ["platypus in another store"]
+
+
+# Lexical queries are always safe
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("E1234 frobnicator", '"E1234" OR "frobnicator"'),
+        ('say "hi"', '"say" OR """hi"""'),
+        ("a  A\tb\n", '"a" OR "b"'),
+        ("nul\x00byte", '"nulbyte"'),
+        ("  ", None),
+    ],
+)
+def test_fts_query_quotes_every_word(text: str, expected: str | None) -> None:
+    assert fts_query(text) == expected
+
+
+def test_fts_query_keeps_at_most_max_terms() -> None:
+    query = fts_query(" ".join(f"w{i}" for i in range(MAX_QUERY_TERMS + 10)))
+    assert query is not None and query.count(" OR ") == MAX_QUERY_TERMS - 1
+
+
+HOSTILE = [
+    '"',
+    '"unterminated',
+    'a"b"c',
+    "(",
+    "())",
+    "NEAR(a b, 2)",
+    "NEAR/3",
+    "a NEAR b",
+    "*",
+    "quo*",
+    "-quokka",
+    "text:quokka",
+    "col:",
+    "^quokka",
+    "+",
+    "AND",
+    "OR NOT",
+    "quokka AND",
+    "{text}: quokka",
+    "'; DROP TABLE chunks; --",
+    "?",
+    "\x00",
+    "é",
+    "\U0001f600 quokka",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_user_text_never_breaks_the_fts_query(repo: Repository, text: str) -> None:
+    collection = repo.create_collection("notes", MODEL, DIMS)
+    add_file(repo, collection.id, ["the quokka smiles", "AND OR NOT NEAR text"])
+    hits = lexical(repo, collection.id, text)
+    # Words are matched literally, operators included.
+    if "quokka" in text.split():
+        assert "the quokka smiles" in texts(hits)
+    if text in ("AND", "OR NOT"):
+        assert texts(hits) == ["AND OR NOT NEAR text"]
+
+
+# Lexical ranking and scores
+
+
+def test_lexical_ranks_by_bm25_with_the_best_scoring_one(repo: Repository) -> None:
+    collection = repo.create_collection("notes", MODEL, DIMS)
+    add_file(
+        repo,
+        collection.id,
+        [
+            "error E1234 in module frobnicator",
+            "module frobnicator started",
+            "error E9999 in module grommet",
+            "nothing relevant here",
+            "Café au lait: connections configured",
+        ],
+    )
+    hits = lexical(repo, collection.id, "E1234 frobnicator")
+    assert texts(hits) == ["error E1234 in module frobnicator", "module frobnicator started"]
+    assert hits[0].score == 1.0
+    assert 0.0 < hits[1].score < 1.0
+    # Case, accents and English suffixes are folded: porter with remove_diacritics 2.
+    assert texts(lexical(repo, collection.id, "CAFE connection configuring")) == [
+        "Café au lait: connections configured"
+    ]
+    # Words are OR-ed: a chunk matching any of them counts.
+    assert set(texts(lexical(repo, collection.id, "grommet E1234 zebra"))) == {
+        "error E9999 in module grommet",
+        "error E1234 in module frobnicator",
+    }
+    threshold = (hits[1].score + 1.0) / 2
+    assert texts(lexical(repo, collection.id, "E1234 frobnicator", score_threshold=threshold)) == [
+        "error E1234 in module frobnicator"
+    ]
+    assert len(lexical(repo, collection.id, "E1234 frobnicator", k=1)) == 1
+
+
+def test_identifiers_with_punctuation_match_as_phrases(repo: Repository) -> None:
+    collection = repo.create_collection("notes", MODEL, DIMS)
+    add_file(repo, collection.id, ["see ticket OPS-7742 today", "ops team 7742 points", "x_y_z id"])
+    assert texts(lexical(repo, collection.id, "OPS-7742")) == ["see ticket OPS-7742 today"]
+    assert texts(lexical(repo, collection.id, "x_y_z")) == ["x_y_z id"]
+
+
+def test_lexical_searches_one_collection_and_touches_it(repo: Repository, clock: FakeClock) -> None:
+    mine = repo.create_collection("mine", MODEL, DIMS)
+    theirs = repo.create_collection("theirs", MODEL, DIMS)
+    add_file(repo, theirs.id, ["quokka in the other store"])
+    # A file still in progress holds no chunks, so it is not searchable yet.
+    repo.attach_file(mine.id, upload(repo, "quokka pending").id)
+    clock.now += 60
+    assert lexical(repo, mine.id, "quokka") == []
+    assert repo.get_collection(mine.id).last_active_at == clock.now
+
+
+# Hybrid
+
+
+def test_rrf_sums_reciprocal_ranks() -> None:
+    fused = dict(reciprocal_rank_fusion([["a", "b"], ["b", "c"]]))
+    assert fused == {
+        "b": pytest.approx(1 / (RRF_K + 2) + 1 / (RRF_K + 1)),
+        "a": pytest.approx(1 / (RRF_K + 1)),
+        "c": pytest.approx(1 / (RRF_K + 2)),
+    }
+    # Equal sums: the earlier list's first.
+    order = [item for item, _ in reciprocal_rank_fusion([["x", "y", "z"], ["w", "z", "y"]])]
+    assert order == ["y", "z", "x", "w"]
+
+
+@pytest.mark.parametrize(
+    ("k", "expected"), [(1, MIN_CANDIDATES), (12, MIN_CANDIDATES), (13, 52), (MAX_K, MAX_K)]
+)
+def test_candidate_count(k: int, expected: int) -> None:
+    assert candidate_count(k) == expected
+
+
+def keyword_corpus(repo: Repository) -> tuple[str, npt.NDArray[np.float32], str]:
+    """A collection where the query vector points at near-duplicates of the one chunk that
+    holds the query's rare identifier; returns the collection, the query vector, the target."""
+    rng = np.random.default_rng(5)
+    collection = repo.create_collection("keywords", MODEL, DIMS)
+    query = unit_vectors(rng, 1, DIMS)[0]
+    near = query + 0.05 * unit_vectors(rng, 6, DIMS)
+    near /= np.linalg.norm(near, axis=1, keepdims=True)
+    target_vector = query + 0.6 * unit_vectors(rng, 1, DIMS)
+    target_vector /= np.linalg.norm(target_vector, axis=1, keepdims=True)
+    decoys = [f"error E{5000 + i} in module grommet" for i in range(6)]
+    add_file(repo, collection.id, decoys, near, {"team": "storage"}, name="decoys.txt")
+    target = "error E1234 in module frobnicator"
+    add_file(repo, collection.id, [target], target_vector, {"team": "compute"}, name="t.txt")
+    return collection.id, query, target
+
+
+def test_hybrid_lifts_the_exact_keyword_match_above_vector_neighbours(repo: Repository) -> None:
+    collection_id, query, target = keyword_corpus(repo)
+    vector = texts(repo.search(collection_id, query, k=7))
+    assert vector.index(target) == 6  # last: pure vector search misses the identifier
+    hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
+    assert texts(hybrid)[0] == target
+    scores = [hit.score for hit in hybrid]
+    assert scores[0] == 1.0 and scores == sorted(scores, reverse=True)
+    assert all(0.0 < score <= 1.0 for score in scores)
+    # The threshold applies to the fused, normalized scores.
+    cut = repo.search(
+        collection_id,
+        query,
+        k=7,
+        mode="hybrid",
+        query_text="frobnicator E1234",
+        score_threshold=0.99,
+    )
+    assert texts(cut) == [target]
+
+
+def test_hybrid_and_lexical_apply_the_filter_to_both_lists(repo: Repository) -> None:
+    collection_id, query, target = keyword_corpus(repo)
+    storage = Comparison("team", "eq", "storage")
+    for mode in ("hybrid", "lexical"):
+        hits = repo.search(
+            collection_id, query, k=7, mode=mode, query_text="E1234 error", filter=storage
+        )
+        assert len(hits) == 6 and target not in texts(hits), mode
+        assert hits[0].score == 1.0
+
+
+def test_a_query_without_words_falls_back_to_the_vector_ranking(repo: Repository) -> None:
+    collection_id, query, _ = keyword_corpus(repo)
+    vector = repo.search(collection_id, query, k=7)
+    hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="?!")
+    assert texts(hybrid) == texts(vector)
+    assert hybrid[1].score == pytest.approx((RRF_K + 1) / (RRF_K + 2))
+
+
+# Arguments
+
+
+@pytest.mark.parametrize(
+    ("mode", "query", "text", "k", "message"),
+    [
+        ("semantic", np.ones(DIMS), "x", 1, "mode must be one of vector, lexical, hybrid"),
+        ("lexical", None, "", 1, "need a non-empty query_text"),
+        ("lexical", None, " \n", 1, "need a non-empty query_text"),
+        ("hybrid", np.ones(DIMS), "", 1, "need a non-empty query_text"),
+        ("hybrid", None, "x", 1, "hybrid search needs a query vector"),
+        ("vector", None, "x", 1, "vector search needs a query vector"),
+        ("lexical", None, "x", 0, "k must be"),
+        ("hybrid", np.ones(DIMS), "x", MAX_K + 1, "k must be"),
+    ],
+)
+def test_bad_mode_arguments_are_invalid(
+    repo: Repository,
+    mode: str,
+    query: npt.NDArray[np.float64] | None,
+    text: str,
+    k: int,
+    message: str,
+) -> None:
+    collection = repo.create_collection("notes", MODEL, DIMS)
+    with pytest.raises(InvalidArgument, match=message):
+        repo.search(collection.id, query, k=k, mode=mode, query_text=text)
+
+
+@pytest.mark.parametrize("threshold", [-0.1, 1.5, float("nan")])
+@pytest.mark.parametrize("mode", ["lexical", "hybrid"])
+def test_bad_thresholds_are_invalid(repo: Repository, mode: str, threshold: float) -> None:
+    collection = repo.create_collection("notes", MODEL, DIMS)
+    with pytest.raises(InvalidArgument, match="score_threshold"):
+        repo.search(
+            collection.id, np.ones(DIMS), k=1, mode=mode, query_text="x", score_threshold=threshold
+        )
+
+
+# Property: filtered lexical and hybrid results are exact
+
+WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf")
+FILES = 30
+
+
+@dataclass
+class Corpus:
+    repo: Repository
+    collection_id: str
+    file_ids: list[str]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+    rng = np.random.default_rng(7)
+    path = tmp_path_factory.mktemp("modes") / "ragd.db"
+    with open_repository(path) as repo:
+        collection_id = repo.create_collection("modes", MODEL, DIMS).id
+        file_ids = []
+        for index in range(FILES):
+            chunks = [
+                " ".join(rng.choice(WORDS, size=int(rng.integers(1, 8))))
+                for _ in range(int(rng.integers(1, 6)))
+            ]
+            vectors = unit_vectors(rng, len(chunks), DIMS)
+            file_ids.append(add_file(repo, collection_id, chunks, vectors, name=f"{index}.txt"))
+        yield Corpus(repo, collection_id, file_ids)
+        check_invariants(path)
+        check_fts_index(path)
+
+
+def restricted(hits: list[SearchHit], keep: set[str]) -> list[str]:
+    return [hit.chunk_id for hit in hits if hit.file_id in keep]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    node=filter_strategy(st.sampled_from(("", "x", "é", 0, 1, 2.5))),
+    file_attributes=st.lists(
+        attributes_strategy(st.sampled_from(("", "x", "é", 0, 1, 2.5))),
+        min_size=FILES,
+        max_size=FILES,
+    ),
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3),
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(1, 60),
+)
+def test_filtered_lexical_and_hybrid_are_exact(
+    corpus: Corpus,
+    node: Filter,
+    file_attributes: list[Attributes],
+    words: list[str],
+    seed: int,
+    k: int,
+) -> None:
+    repo, collection_id = corpus.repo, corpus.collection_id
+    for file_id, attributes in zip(corpus.file_ids, file_attributes, strict=True):
+        repo.update_collection_file(collection_id, file_id, attributes)
+    keep = {
+        file_id
+        for file_id, attributes in zip(corpus.file_ids, file_attributes, strict=True)
+        if matches(node, attributes)
+    }
+    text = " ".join(words)
+    query = unit_vectors(np.random.default_rng(seed), 1, DIMS)[0]
+    # bm25 and distances do not depend on the filter: the filtered ranking must be the
+    # unfiltered one restricted to the matching files, cut at k after the restriction.
+    every_lexical = lexical(repo, collection_id, text, k=MAX_K)
+    every_vector = repo.search(collection_id, query, k=MAX_K)
+    lexical_hits = lexical(repo, collection_id, text, k=k, filter=node)
+    assert [hit.chunk_id for hit in lexical_hits] == restricted(every_lexical, keep)[:k]
+    n = candidate_count(k)
+    fused = reciprocal_rank_fusion(
+        [restricted(every_vector, keep)[:n], restricted(every_lexical, keep)[:n]]
+    )
+    hybrid = repo.search(collection_id, query, k=k, mode="hybrid", query_text=text, filter=node)
+    assert [hit.chunk_id for hit in hybrid] == [chunk_id for chunk_id, _ in fused[:k]]
+    for hits in (lexical_hits, hybrid):
+        assert all(hit.file_id in keep for hit in hits)
+        if hits:
+            assert hits[0].score == 1.0
+
+
+# Over gRPC
+
+
+def test_search_modes_over_grpc(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with running_store(tmp_path / "ragd.db") as store:
+            collection = await store.stub.CreateCollection(
+                pb.CreateCollectionRequest(name="n", model=MODEL, dimensions=DIMS)
+            )
+            with Repository(tmp_path / "ragd.db") as repo:
+                add_file(repo, collection.id, ["the quokka smiles", "a quiet wombat"])
+            vector = to_bytes(np.ones(DIMS, dtype=np.float32) / np.sqrt(DIMS))
+            lexical_reply = await store.stub.Search(
+                pb.SearchRequest(
+                    collection_id=collection.id, k=5, mode="lexical", query_text="quokka"
+                )
+            )
+            assert lexical_reply.mode == "lexical"
+            assert [hit.text for hit in lexical_reply.hits] == ["the quokka smiles"]
+            assert lexical_reply.hits[0].score == 1.0
+            for mode, expected in (("", "vector"), ("vector", "vector"), ("hybrid", "hybrid")):
+                request = pb.SearchRequest(
+                    collection_id=collection.id,
+                    k=5,
+                    mode=mode,
+                    query_text="wombat",
+                    query_vector=vector,
+                    dimensions=DIMS,
+                    model=MODEL,
+                )
+                reply = await store.stub.Search(request)
+                assert reply.mode == expected and len(reply.hits) == 2
+            for bad in (
+                pb.SearchRequest(collection_id=collection.id, k=5, mode="fuzzy", query_text="x"),
+                pb.SearchRequest(collection_id=collection.id, k=5, mode="lexical"),
+                pb.SearchRequest(collection_id=collection.id, k=5, mode="hybrid", query_text="x"),
+            ):
+                with pytest.raises(grpc.aio.AioRpcError) as error:
+                    await store.stub.Search(bad)
+                assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await store.stub.Search(
+                    pb.SearchRequest(collection_id="vs_nope", k=5, mode="lexical", query_text="x")
+                )
+            assert error.value.code() == grpc.StatusCode.NOT_FOUND
+
+    asyncio.run(scenario())
