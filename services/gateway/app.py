@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
+from services.gateway import ingest_server
+from services.gateway.audit import AuditLog
 from services.gateway.auth import ApiKeyMiddleware
 from services.gateway.clients import EmbedderClient, open_channel
 from services.gateway.config import GatewayConfig
+from services.gateway.embed_cache import EmbeddingCache
 from services.gateway.errors import EXCEPTION_HANDLERS
 from services.gateway.openapi import openapi
 from services.gateway.routes import (
+    admin,
     embeddings,
     file_batches,
     files,
@@ -26,11 +31,17 @@ from services.gateway.state import Services
 from services.gateway.store_client import StoreClient
 from services.gateway.worker import IngestWorkers, WorkerSettings
 
+log = logging.getLogger(__name__)
+
 VS = "/v1/vector_stores/{store_id}"
 ROUTES = [
     Route("/health", health.health, methods=["GET"]),
     Route("/ready", health.ready, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
+    Route("/admin/backup", admin.backup, methods=["POST"]),
+    Route("/admin/vacuum", admin.vacuum, methods=["POST"]),
+    Route("/admin/stats", admin.stats, methods=["GET"]),
+    Route("/admin/audit", admin.audit, methods=["GET"]),
     Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
     Route("/v1/models", embeddings.models, methods=["GET"]),
     Route("/v1/files", files.create_file, methods=["POST"]),
@@ -64,6 +75,7 @@ def create_app(config: GatewayConfig) -> Starlette:
         store_channel = open_channel(config.store_target)
         embedder = EmbedderClient(embedder_channel, config.embed_timeout)
         store = StoreClient(store_channel, config.store_timeout)
+        audit = AuditLog(store)
         workers = IngestWorkers(
             embedder,
             store,
@@ -73,12 +85,24 @@ def create_app(config: GatewayConfig) -> Starlette:
                 poll_seconds=config.ingest_poll_seconds,
                 batch_size=config.embed_batch_size,
             ),
+            cache=EmbeddingCache(store) if config.embed_cache else None,
+            audit=audit,
         )
+        audit.start()
         workers.start()
+        deps = Services(config, embedder, store, workers, audit)
+        grpc_server = None
         try:
-            yield {"services": Services(config, embedder, store, workers)}
+            if config.ingest_listen.lower() != "off":
+                grpc_server, port = await ingest_server.create_server(config, deps)
+                log.info("bulk ingest (gRPC) on %s, port %d", config.ingest_listen, port)
+            yield {"services": deps}
         finally:
+            if grpc_server is not None:
+                # Open streams end here; what they had acknowledged is already in the store.
+                await grpc_server.stop(5)
             await workers.stop()
+            await audit.stop()
             await embedder_channel.close()
             await store_channel.close()
 

@@ -47,6 +47,8 @@ def vector_store(collection: store_pb2.Collection, now: float | None = None) -> 
         "expires_at": collection.expires_at or None,
         # Extension: the embedding model the store was indexed with.
         "embedding_model": {"name": collection.model, "dimensions": collection.dimensions},
+        # Extension: chunks indexed in the store (searchable ones; files in progress add later).
+        "chunk_count": collection.chunk_count,
     }
 
 

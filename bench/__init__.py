@@ -1,0 +1,1 @@
+"""ragd's benchmark suite: `make bench` / `python -m bench` (see BENCHMARKS.md)."""

@@ -1,0 +1,404 @@
+"""Scenario 3, search latency and recall: REST and the store's gRPC against raw sqlite-vec KNN
+in-process and an exact numpy scan, on real MiniLM vectors loaded through AddChunks.
+
+Rows are identified across paths by their number, stored as the chunk text's "#<row>" prefix
+(REST results carry text, not chunk ids). Recall@k is measured against the exact scan.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import apsw
+import grpc
+import httpx
+import numpy as np
+import sqlite_vec
+
+from bench.context import Context, timed
+from bench.load import LoadResult, http_session, post_json, run_load
+from bench.processes import RunningStack, running_stack
+from bench.stats import Row, median, not_available, percentile, recall_at_k
+from bench.vectors import DataSet, data_set, real_vectors
+from services.common.grpc_server import MAX_MESSAGE_BYTES
+from services.common.vectors import FloatMatrix, to_bytes
+from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2, store_pb2_grpc
+
+SCENARIO = "3 search"
+TARGET_P50_MS = 25.0
+TARGET_P50_SIZE = 100_000
+TARGET_RECALL = 0.98
+_ROW = re.compile(r"#(\d+) ")
+_WARM_UP_QUERIES = 5
+_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Per-query latencies (seconds) and the row numbers each query returned."""
+
+    latencies: list[float]
+    found: list[list[int]]
+
+    @property
+    def p50_ms(self) -> float:
+        return 1000 * median(self.latencies)
+
+    @property
+    def p95_ms(self) -> float:
+        return 1000 * percentile(self.latencies, 95)
+
+
+def _rows_of(texts: Sequence[str]) -> list[int]:
+    rows = []
+    for text in texts:
+        match = _ROW.match(text)
+        if match is None:
+            raise RuntimeError(f"a search hit without its row number: {text[:60]!r}")
+        rows.append(int(match.group(1)))
+    return rows
+
+
+def exact(vectors: FloatMatrix, queries: FloatMatrix, k: int) -> Timings:
+    """Brute-force cosine top-k (the vectors are unit length), one query at a time."""
+    latencies, found = [], []
+    for query in queries:
+        began = time.perf_counter()
+        scores = vectors @ query
+        top = np.argpartition(-scores, k)[:k]
+        ordered = top[np.argsort(-scores[top], kind="stable")]
+        latencies.append(time.perf_counter() - began)
+        found.append([int(i) for i in ordered])
+    return Timings(latencies, found)
+
+
+def raw_sqlite_vec(path: Path, data: DataSet, queries: FloatMatrix, k: int) -> Timings:
+    """The same vectors in a bare vec0 table (float, cosine) in this process: the floor."""
+    conn = apsw.Connection(str(path))
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        dims = data.vectors.shape[1]
+        conn.execute(
+            f"CREATE VIRTUAL TABLE v USING vec0(embedding float[{dims:d}] distance_metric=cosine)"
+        )
+        with conn:
+            conn.executemany(
+                "INSERT INTO v (rowid, embedding) VALUES (?, ?)",
+                ((row + 1, to_bytes(vector)) for row, vector in enumerate(data.vectors)),
+            )
+        sql = "SELECT rowid FROM v WHERE embedding MATCH ? AND k = ? ORDER BY distance"
+        for query in queries[:_WARM_UP_QUERIES]:
+            conn.execute(sql, (to_bytes(query), k)).fetchall()
+        latencies, found = [], []
+        for query in queries:
+            began = time.perf_counter()
+            hits = conn.execute(sql, (to_bytes(query), k)).fetchall()
+            latencies.append(time.perf_counter() - began)
+            found.append([cast(int, hit[0]) - 1 for hit in hits])
+        return Timings(latencies, found)
+    finally:
+        conn.close()
+        path.unlink(missing_ok=True)
+
+
+def _chunk_text(row: int, data: DataSet) -> str:
+    return f"#{row} " + (data.texts[row] if row < data.real else "(derived)")
+
+
+def index_kind(collection: store_pb2.Collection) -> str | None:
+    """The collection's search index, once the store reports one (a field named like
+    "index"); None while every search is an exhaustive float scan."""
+    for descriptor in collection.DESCRIPTOR.fields:
+        if "index" in descriptor.name:
+            return f"{descriptor.name}={getattr(collection, descriptor.name)}"
+    return None
+
+
+def load(stack: RunningStack, data: DataSet, model: str, batch: int) -> tuple[str, float]:
+    """A new collection holding `data` (row i as chunk text "#i ..."), via AddChunks batches;
+    returns its id and the load rate in vectors/s."""
+    dims = int(data.vectors.shape[1])
+    with grpc.insecure_channel(stack.store_target, options=_CHANNEL_OPTIONS) as channel:
+        store = store_pb2_grpc.StoreStub(channel)
+        collection = store.CreateCollection(
+            store_pb2.CreateCollectionRequest(
+                name=f"bench-{data.size}", model=model, dimensions=dims
+            )
+        )
+        began = time.perf_counter()
+        for start in range(0, data.size, batch):
+            stop = min(start + batch, data.size)
+            store.AddChunks(
+                store_pb2.AddChunksRequest(
+                    collection_id=collection.id,
+                    file_id=f"file-bench-{start:08d}",
+                    filename=f"rows-{start}-{stop - 1}.txt",
+                    chunks=[
+                        store_pb2.ChunkInput(text=_chunk_text(row, data), token_count=0)
+                        for row in range(start, stop)
+                    ],
+                    vectors=to_bytes(data.vectors[start:stop]),
+                    dimensions=dims,
+                    model=model,
+                ),
+                timeout=600,
+            )
+        return collection.id, data.size / (time.perf_counter() - began)
+
+
+def _via_rest(url: str, store_id: str, texts: Sequence[str], clients: int, k: int) -> Timings:
+    def call(http: httpx.Client, text: str) -> list[int]:
+        body = post_json(
+            http, f"/v1/vector_stores/{store_id}/search", {"query": text, "max_num_results": k}
+        )
+        data: Any = body["data"]
+        return _rows_of([hit["content"][0]["text"] for hit in data])
+
+    result: LoadResult[list[int]] = run_load(
+        texts, clients, http_session(url), call, lambda http: http.close()
+    )
+    return Timings(result.latencies, result.results)
+
+
+def _via_grpc(
+    target: str, store_id: str, model: str, queries: FloatMatrix, clients: int, k: int
+) -> Timings:
+    dims = int(queries.shape[1])
+
+    def session() -> tuple[grpc.Channel, store_pb2_grpc.StoreStub]:
+        channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        return channel, store_pb2_grpc.StoreStub(channel)
+
+    def call(own: tuple[grpc.Channel, store_pb2_grpc.StoreStub], query: FloatMatrix) -> list[int]:
+        reply = own[1].Search(
+            store_pb2.SearchRequest(
+                collection_id=store_id,
+                query_vector=to_bytes(query),
+                dimensions=dims,
+                k=k,
+                model=model,
+            ),
+            timeout=60,
+        )
+        return _rows_of([hit.text for hit in reply.hits])
+
+    result = run_load(list(queries), clients, session, call, lambda own: own[0].close())
+    return Timings(result.latencies, result.results)
+
+
+def gateway_split(
+    stack: RunningStack,
+    store_id: str,
+    model: str,
+    query_texts: Sequence[str],
+    queries: FloatMatrix,
+    k: int,
+) -> dict[str, float]:
+    """Per query, in turn: the query's Embed call alone, the store's Search alone, and the
+    REST search that does both. Interleaving keeps load drift out of the difference; the
+    overhead is the median over queries of REST - Embed - Search, in ms."""
+    dims = int(queries.shape[1])
+    parts: dict[str, list[float]] = {"embed": [], "search": [], "rest": [], "overhead": []}
+    with (
+        grpc.insecure_channel(stack.embedder_target) as embedder_channel,
+        grpc.insecure_channel(stack.store_target, options=_CHANNEL_OPTIONS) as store_channel,
+        httpx.Client(base_url=stack.url, timeout=60.0) as http,
+    ):
+        embedder = embedder_pb2_grpc.EmbedderStub(embedder_channel)
+        store = store_pb2_grpc.StoreStub(store_channel)
+        for text, query in zip(query_texts, queries, strict=True):
+            began = time.perf_counter()
+            embedder.Embed(
+                embedder_pb2.EmbedRequest(
+                    texts=[text.encode()], truncate=embedder_pb2.TRUNCATE_POLICY_TRUNCATE
+                ),
+                timeout=60,
+            )
+            embedded = time.perf_counter()
+            store.Search(
+                store_pb2.SearchRequest(
+                    collection_id=store_id,
+                    query_vector=to_bytes(query),
+                    dimensions=dims,
+                    k=k,
+                    model=model,
+                ),
+                timeout=60,
+            )
+            searched = time.perf_counter()
+            post_json(
+                http,
+                f"/v1/vector_stores/{store_id}/search",
+                {"query": text, "max_num_results": k},
+            )
+            done = time.perf_counter()
+            sample = (embedded - began, searched - embedded, done - searched)
+            for name, seconds in zip(("embed", "search", "rest"), sample, strict=True):
+                parts[name].append(1000 * seconds)
+            parts["overhead"].append(1000 * (sample[2] - sample[0] - sample[1]))
+    return {f"{name}_p50": median(values) for name, values in parts.items()}
+
+
+def _model_name(target: str) -> str:
+    with grpc.insecure_channel(target) as channel:
+        info = embedder_pb2_grpc.EmbedderStub(channel).Info(embedder_pb2.InfoRequest(), timeout=30)
+    return str(info.model)
+
+
+def run(ctx: Context) -> None:
+    config = ctx.config
+    sizes = sorted(config.search_sizes)
+    queries_count = config.search_queries
+    real_count = min(config.real_vectors, max(sizes))
+    with timed(ctx, "search: snippets from man pages"):
+        snippets = ctx.corpus.snippets(real_count + queries_count)
+    model = ctx.model()
+    # The last snippets are held out as queries: real text that is not in the data set.
+    query_texts = snippets[real_count:]
+    texts = snippets[:real_count]
+    real = real_vectors(
+        texts,
+        lambda batch: model.embed(batch).vectors,
+        config.cache_dir,
+        model.info.digest,
+        ctx.log,
+    )
+    queries = model.embed(query_texts, truncate=True).vectors
+    detail = ctx.detail(SCENARIO)
+    detail.update(queries=queries_count, k=config.k, sizes={})
+    with running_stack(ctx.run_dir / "search", config.threads) as stack:
+        ctx.cold_starts.append(stack.cold_start)
+        ctx.detail("4 footprint")["rss_at_rest_mb"] = stack.rss()
+        name = _model_name(stack.embedder_target)
+        for size in sizes:
+            data = data_set(real, texts, size)
+            with timed(ctx, f"search: {size} vectors ({data.real} real)"):
+                figures = _one_size(ctx, stack, data, name, query_texts, queries)
+            detail["sizes"][str(size)] = figures
+
+
+def _one_size(
+    ctx: Context,
+    stack: RunningStack,
+    data: DataSet,
+    model: str,
+    query_texts: Sequence[str],
+    queries: FloatMatrix,
+) -> dict[str, Any]:
+    config = ctx.config
+    k = config.k
+    store_id, load_rate = load(stack, data, model, config.load_batch)
+    footprint = {
+        "vectors": data.size,
+        "dimensions": int(data.vectors.shape[1]),
+        "rss_mb": stack.rss(),
+        "db_bytes": stack.db_bytes(),
+    }
+    with grpc.insecure_channel(stack.store_target) as channel:
+        loaded = store_pb2_grpc.StoreStub(channel).GetCollection(
+            store_pb2.GetCollectionRequest(id=store_id), timeout=60
+        )
+    index = index_kind(loaded)
+    truth = exact(data.vectors, queries, k)
+    raw = raw_sqlite_vec(ctx.run_dir / f"raw-{data.size}.db", data, queries, k)
+    # Warm the store's and the gateway's paths before timing them.
+    _via_rest(stack.url, store_id, query_texts[:_WARM_UP_QUERIES], 1, k)
+    _via_grpc(stack.store_target, store_id, model, queries[:_WARM_UP_QUERIES], 1, k)
+    timings: dict[str, Timings] = {"numpy exact": truth, "raw sqlite-vec": raw}
+    with ctx.profiling("search", stack.pids()):
+        for clients in config.search_clients:
+            timings[f"gRPC c{clients}"] = _via_grpc(
+                stack.store_target, store_id, model, queries, clients, k
+            )
+            timings[f"REST c{clients}"] = _via_rest(stack.url, store_id, query_texts, clients, k)
+    split = gateway_split(stack, store_id, model, query_texts, queries, k)
+    footprint["rss_after_queries_mb"] = stack.rss()
+    ctx.detail("4 footprint").setdefault("after_load", []).append(footprint)
+    recalls = {name: recall_at_k(t.found, truth.found, k) for name, t in timings.items() if t.found}
+    _rows(ctx, data, timings, recalls, load_rate, index)
+    with grpc.insecure_channel(stack.store_target) as channel:
+        store_pb2_grpc.StoreStub(channel).DeleteCollection(
+            store_pb2.DeleteCollectionRequest(id=store_id), timeout=120
+        )
+    return {
+        "index": index,
+        "real_vectors": data.real,
+        "load_vectors_per_s": load_rate,
+        "latency_ms": {n: {"p50": t.p50_ms, "p95": t.p95_ms} for n, t in timings.items()},
+        "gateway_split_ms": split,
+        f"recall_at_{k}": recalls,
+    }
+
+
+def _rows(
+    ctx: Context,
+    data: DataSet,
+    timings: dict[str, Timings],
+    recalls: dict[str, float],
+    load_rate: float,
+    index: str | None,
+) -> None:
+    size = data.size
+    derived = "" if data.real == size else f" ({data.real} real + {size - data.real} derived)"
+    label = f"{size // 1000}k{derived}" + (f" [{index}]" if index else "")
+    raw = timings["raw sqlite-vec"]
+    for clients in ctx.config.search_clients:
+        for path in ("REST", "gRPC"):
+            t = timings[f"{path} c{clients}"]
+            gate = path == "REST" and clients == 1 and size == TARGET_P50_SIZE
+            ctx.add(
+                Row(
+                    SCENARIO,
+                    f"{label}: {path} p50, {clients} client{'s' if clients > 1 else ''}",
+                    t.p50_ms,
+                    "ms",
+                    baseline_name="raw sqlite-vec KNN in-process, 1 client",
+                    baseline=raw.p50_ms,
+                    direction="lower",
+                    target=TARGET_P50_MS if gate else None,
+                    target_on_value=True,
+                    note=f"p95 {t.p95_ms:.1f} ms",
+                )
+            )
+    ctx.add(
+        Row(
+            SCENARIO,
+            f"{label}: raw sqlite-vec KNN p50",
+            raw.p50_ms,
+            "ms",
+            baseline_name="numpy exact scan",
+            baseline=timings["numpy exact"].p50_ms,
+            direction="lower",
+            note=f"p95 {raw.p95_ms:.1f} ms",
+        )
+    )
+    first = ctx.config.search_clients[0]
+    for path in ("REST", "gRPC"):
+        ctx.add(
+            Row(
+                SCENARIO,
+                f"{label}: {path} recall@{ctx.config.k}",
+                recalls[f"{path} c{first}"],
+                "",
+                target=TARGET_RECALL,
+                note="vs exact numpy scan",
+            )
+        )
+    ctx.add(Row(SCENARIO, f"{label}: load through gRPC AddChunks", load_rate, "vectors/s"))
+    if index is None:
+        ctx.add(
+            not_available(
+                SCENARIO,
+                f"{label}: coarse + rescore index",
+                "not built yet: the store scans every float vector",
+            )
+        )

@@ -1,0 +1,1 @@
+"""The `ragd` command-line tool."""

@@ -1,0 +1,359 @@
+"""`ragd`: manage indexes (vector stores), ingest directories and search, from a terminal.
+
+Talks to a running stack: REST for most commands, the gRPC ingest API for `index ingest`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from services.cli import ingest as ingest_run
+from services.cli import render
+from services.cli.walk import collect
+from services.client.errors import ClientError, Conflict, NotFound, Unauthenticated, Unreachable
+from services.client.ingest import IngestClient
+from services.client.rest import DEFAULT_URL, RestClient
+
+
+class Exit(IntEnum):
+    OK = 0
+    # The server refused or failed the request.
+    FAILED = 1
+    # Bad command-line usage (click's own code).
+    USAGE = 2
+    # No index with that name or id (or no such route on the server).
+    NOT_FOUND = 3
+    # The gateway (REST or gRPC ingest) could not be reached.
+    UNREACHABLE = 4
+    # Missing or invalid API key.
+    AUTH = 5
+    # The name is taken or matches several indexes.
+    CONFLICT = 6
+    # `index ingest` finished, but some files failed.
+    PARTIAL = 7
+
+
+EXIT_CODES_HELP = """\b
+Exit codes: 0 ok, 1 request failed, 2 usage error, 3 index not found,
+4 gateway unreachable, 5 missing or invalid API key, 6 name taken or ambiguous,
+7 ingest finished but some files failed.
+"""
+
+_ERRORS: list[tuple[type[ClientError], Exit]] = [
+    (Unreachable, Exit.UNREACHABLE),
+    (Unauthenticated, Exit.AUTH),
+    (NotFound, Exit.NOT_FOUND),
+    (Conflict, Exit.CONFLICT),
+]
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class Settings:
+    def __init__(self, url: str, ingest_target: str | None, api_key: str | None) -> None:
+        self.url = url
+        self.ingest_target = ingest_target or f"{urlsplit(url).hostname or '127.0.0.1'}:50053"
+        self.api_key = api_key
+
+    def rest(self) -> RestClient:
+        return RestClient(self.url, self.api_key)
+
+    def ingest(self) -> IngestClient:
+        return IngestClient(self.ingest_target, self.api_key)
+
+
+class _Cli(click.Group):
+    """Turns client errors into one red line and a documented exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ClientError as error:
+            err.print(f"[bold red]error:[/] {escape(error.message)}", soft_wrap=True)
+            code = next((c for kind, c in _ERRORS if isinstance(error, kind)), Exit.FAILED)
+            ctx.exit(int(code))
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+name_option = click.option(
+    "-n", "--name", required=True, help="The index: its name, or its id (vs_...)."
+)
+
+
+@click.group(
+    cls=_Cli, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.option(
+    "--url",
+    envvar="RAGD_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    help="The gateway's REST address [env RAGD_URL].",
+)
+@click.option(
+    "--ingest-target",
+    envvar="RAGD_INGEST_TARGET",
+    help="The gateway's gRPC ingest address [env RAGD_INGEST_TARGET; default: the --url host, "
+    "port 50053].",
+)
+@click.option("--api-key", envvar="RAGD_API_KEY", help="API key [env RAGD_API_KEY].")
+@click.pass_context
+def cli(ctx: click.Context, url: str, ingest_target: str | None, api_key: str | None) -> None:
+    """ragd: a self-hosted retrieval service, from the command line."""
+    ctx.obj = Settings(url, ingest_target, api_key)
+
+
+@cli.group()
+def index() -> None:
+    """Create, fill, inspect and drop indexes (vector stores)."""
+
+
+@index.command("create")
+@name_option
+@json_option
+@click.pass_obj
+def index_create(settings: Settings, name: str, as_json: bool) -> None:
+    """Create an empty index named NAME."""
+    with settings.rest() as rest:
+        taken = [s.id for s in rest.list_vector_stores() if s.name == name]
+        if taken:
+            raise Conflict(f"an index named '{name}' already exists ({', '.join(taken)})")
+        store = rest.create_vector_store(name)
+    if as_json:
+        _print_json(store.raw)
+    else:
+        out.print(f"created index [bold]{escape(name)}[/] ({store.id})")
+
+
+@index.command("list")
+@json_option
+@click.pass_obj
+def index_list(settings: Settings, as_json: bool) -> None:
+    """List every index."""
+    with settings.rest() as rest:
+        stores = rest.list_vector_stores()
+    if as_json:
+        _print_json([s.raw for s in stores])
+    elif not stores:
+        out.print("no indexes yet: create one with `ragd index create -n NAME`")
+    else:
+        out.print(render.stores_table(stores))
+
+
+@index.command("stats")
+@name_option
+@json_option
+@click.pass_obj
+def index_stats(settings: Settings, name: str, as_json: bool) -> None:
+    """Files, chunks and size of one index."""
+    with settings.rest() as rest:
+        store = rest.resolve(name)
+    if as_json:
+        _print_json(store.raw)
+    else:
+        render.stats(out, store)
+
+
+@index.command("drop")
+@name_option
+@click.pass_obj
+def index_drop(settings: Settings, name: str) -> None:
+    """Delete an index with its chunks (uploaded files stay)."""
+    with settings.rest() as rest:
+        store = rest.resolve(name)
+        rest.delete_vector_store(store.id)
+    out.print(f"dropped index [bold]{escape(store.name)}[/] ({store.id})")
+
+
+@index.command("ingest")
+@name_option
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--glob",
+    "patterns",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only files under directories whose relative path or name matches (repeatable), "
+    "e.g. --glob '*.md'.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@json_option
+@click.pass_obj
+def index_ingest(
+    settings: Settings,
+    name: str,
+    paths: tuple[Path, ...],
+    patterns: tuple[str, ...],
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Index files and directories (recursively) into an existing index.
+
+    Files stream through the gateway's gRPC ingest API. Content already in the index is not
+    indexed again, so re-running after an interruption is safe and adds nothing twice.
+    """
+    with settings.rest() as rest:
+        store = rest.resolve(name)
+    candidates = list(collect(paths, patterns))
+    with settings.ingest() as client:
+        outcome = ingest_run.run(client, store.id, candidates, err, show_progress=not quiet)
+    if as_json:
+        _print_json(outcome.as_json())
+    else:
+        render.ingest_summary(out, store.name, outcome)
+    if outcome.sent == 0 and not outcome.failures:
+        err.print(
+            "[bold red]error:[/] no files to ingest (check the paths and --glob)", soft_wrap=True
+        )
+        sys.exit(Exit.FAILED)
+    if outcome.failures:
+        sys.exit(Exit.PARTIAL)
+
+
+def _filters(pairs: tuple[str, ...]) -> dict[str, Any] | None:
+    comparisons = []
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"'{pair}' is not KEY=VALUE", param_hint="--filter")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if not isinstance(value, str | int | float | bool):
+            value = raw
+        comparisons.append({"type": "eq", "key": key, "value": value})
+    if not comparisons:
+        return None
+    return comparisons[0] if len(comparisons) == 1 else {"type": "and", "filters": comparisons}
+
+
+@cli.command()
+@name_option
+@click.option("-q", "--query", required=True, help="What to look for.")
+@click.option("-k", "k", type=click.IntRange(1, 50), default=5, show_default=True, help="Results.")
+@click.option(
+    "--mode",
+    type=click.Choice(["vector", "lexical", "hybrid"]),
+    help="Ranking (default: the server's).",
+)
+@click.option(
+    "--filter",
+    "filter_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only files whose attribute KEY equals VALUE (repeatable; all must match). VALUE is "
+    'read as JSON when it can be: 3, true, "3" (a string).',
+)
+@json_option
+@click.pass_obj
+def search(
+    settings: Settings,
+    name: str,
+    query: str,
+    k: int,
+    mode: str | None,
+    filter_pairs: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Search an index."""
+    filters = _filters(filter_pairs)
+    with settings.rest() as rest:
+        store = rest.resolve(name)
+        results = rest.search(store.id, query, k=k, mode=mode, filters=filters)
+    if as_json:
+        _print_json(results.raw)
+    else:
+        render.hits(out, results)
+
+
+@cli.group()
+def db() -> None:
+    """Database maintenance (the gateway's admin routes)."""
+
+
+def _admin_missing(error: NotFound) -> ClientError:
+    return ClientError(f"{error.message} (this gateway has no admin routes: an older ragd?)")
+
+
+@db.command("backup")
+@click.argument("path", required=False)
+@json_option
+@click.pass_obj
+def db_backup(settings: Settings, path: str | None, as_json: bool) -> None:
+    """Write a consistent copy of the database while it stays in use.
+
+    PATH names the copy inside the store's backup directory (RAGD_BACKUP_DIR, on the store's
+    machine); without it the server picks a dated name. Existing backups are never overwritten.
+    """
+    with settings.rest() as rest:
+        try:
+            result = rest.backup(path)
+        except NotFound as error:
+            raise _admin_missing(error) from None
+    if as_json:
+        _print_json(result)
+    else:
+        written = render.size(float(result.get("bytes", 0)))
+        seconds = float(result.get("seconds", 0))
+        out.print(
+            f"backup written to [bold]{escape(str(result.get('path')))}[/] "
+            f"({written}, {seconds:.1f} s)"
+        )
+
+
+@db.command("vacuum")
+@json_option
+@click.pass_obj
+def db_vacuum(settings: Settings, as_json: bool) -> None:
+    """Reclaim the space of deleted data."""
+    with settings.rest() as rest:
+        try:
+            result = rest.vacuum()
+        except NotFound as error:
+            raise _admin_missing(error) from None
+    if as_json:
+        _print_json(result)
+    else:
+        before, after = float(result.get("bytes_before", 0)), float(result.get("bytes_after", 0))
+        out.print(f"vacuumed: {render.size(before)} -> {render.size(after)}")
+
+
+@cli.command()
+@click.argument("service", type=click.Choice(["embedder", "store", "gateway", "all"]))
+def serve(service: str) -> None:
+    """Run one service in the foreground, or all three (as `make run` does).
+
+    Configured by the RAGD_* environment variables (see the README).
+    """
+    if service == "all":
+        from services.run import main as run_all
+
+        sys.exit(run_all())
+    try:
+        module = importlib.import_module(f"services.{service}.server")
+    except ImportError as error:
+        raise ClientError(
+            f"the {service} cannot start here: {error}; install its extra, "
+            f"e.g. pip install 'ragd[{service}]'"
+        ) from None
+    module.main()
+
+
+def main() -> None:
+    cli(prog_name="ragd")

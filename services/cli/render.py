@@ -1,0 +1,143 @@
+"""How the CLI shows things to people (tables, search hits, summaries); --json skips all this."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from services.cli.ingest import Outcome
+from services.client.rest import SearchResults, VectorStore
+
+MAX_FAILURES_SHOWN = 20
+SNIPPET_CHARS = 320
+
+
+def size(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(count) < 1000 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1000
+    raise AssertionError("unreachable")
+
+
+def when(seconds: int) -> str:
+    if not seconds:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(seconds)
+    return moment.strftime("%Y-%m-%d %H:%M")
+
+
+def _chunks(store: VectorStore) -> str:
+    return "-" if store.chunk_count is None else f"{store.chunk_count:,}"
+
+
+def stores_table(stores: Sequence[VectorStore]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("NAME", overflow="fold")
+    # Ids are for copying: never shortened.
+    table.add_column("ID", no_wrap=True, min_width=27)
+    for column in ("FILES", "CHUNKS", "SIZE"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("STATUS")
+    table.add_column("CREATED", no_wrap=True)
+    for store in stores:
+        counts = store.file_counts
+        table.add_row(
+            escape(store.name or "(unnamed)"),
+            store.id,
+            f"{counts.get('completed', 0):,}/{counts.get('total', 0):,}",
+            _chunks(store),
+            size(store.usage_bytes),
+            store.status,
+            when(store.created_at),
+        )
+    return table
+
+
+def stats(console: Console, store: VectorStore) -> None:
+    counts = store.file_counts
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("name", escape(store.name or "(unnamed)")),
+        ("id", store.id),
+        ("status", store.status),
+        ("model", escape(store.model or "-")),
+        (
+            "files",
+            f"{counts.get('total', 0):,} (completed {counts.get('completed', 0):,}, "
+            f"in progress {counts.get('in_progress', 0):,}, failed {counts.get('failed', 0):,}, "
+            f"cancelled {counts.get('cancelled', 0):,})",
+        ),
+        ("chunks", _chunks(store)),
+        ("size", f"{size(store.usage_bytes)} ({store.usage_bytes:,} bytes)"),
+        ("created", when(store.created_at)),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    console.print(table)
+
+
+def _snippet(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1].rstrip() + "…"
+
+
+def hits(console: Console, results: SearchResults) -> None:
+    if not results.hits:
+        console.print("no results")
+    for rank, hit in enumerate(results.hits, 1):
+        console.print(
+            f"[bold]{rank:>2}.[/] [cyan]{hit.score:.4f}[/]  [bold]{escape(hit.filename)}[/]"
+            f"  [dim]{hit.file_id}[/]"
+        )
+        if hit.attributes:
+            pairs = ", ".join(f"{k}={v!r}" for k, v in hit.attributes.items())
+            console.print(f"    [dim]{escape(pairs)}[/]")
+        console.print(Padding(Text(_snippet(hit.text)), (0, 0, 0, 4), expand=False))
+    notes = []
+    if results.mode:
+        notes.append(f"{results.mode} search")
+    if results.degraded:
+        notes.append("degraded: the server fell back to a simpler ranking")
+    if notes:
+        console.print(f"[dim]({'; '.join(notes)})[/]")
+
+
+def ingest_summary(console: Console, name: str, outcome: Outcome) -> None:
+    console.print(
+        f"[bold]{escape(name)}[/] ({outcome.vector_store_id}): {outcome.sent:,} files sent "
+        f"in {outcome.seconds:.1f} s"
+    )
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column(style="dim")
+    table.add_row(
+        "completed",
+        f"{outcome.completed:,}",
+        f"{outcome.chunks:,} chunks, {outcome.rate:.1f} chunks/s",
+    )
+    table.add_row("unchanged", f"{outcome.unchanged:,}", "content already indexed")
+    table.add_row("failed", f"{len(outcome.failures):,}", "")
+    if outcome.skipped:
+        kinds = ", ".join(f"{suffix} {count}" for suffix, count in outcome.skipped.most_common())
+        table.add_row(
+            "skipped", f"{sum(outcome.skipped.values()):,}", f"unsupported types: {kinds}"
+        )
+    console.print(table)
+    if outcome.failures:
+        console.print("[bold red]failures:[/]")
+        for failure in outcome.failures[:MAX_FAILURES_SHOWN]:
+            line = Text.assemble(f"{failure.path}: ", (failure.code, "red"), f" {failure.message}")
+            console.print(Padding(line, (0, 0, 0, 2), expand=False))
+        hidden = len(outcome.failures) - MAX_FAILURES_SHOWN
+        if hidden > 0:
+            console.print(f"  … and {hidden} more (--json lists them all)")

@@ -1,0 +1,229 @@
+"""The REST calls a command-line tool or script needs: vector stores, search, admin.
+
+OpenAI's API shapes, so any OpenAI SDK works as well; this module adds what the SDK lacks:
+names resolved to ids, ragd's extensions (search modes, chunk counts, admin) and errors that
+say what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from services.client.errors import ClientError, Conflict, NotFound, Unauthenticated, Unreachable
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class VectorStore:
+    id: str
+    name: str
+    created_at: int
+    status: str
+    usage_bytes: int
+    # in_progress, completed, failed, cancelled, total.
+    file_counts: dict[str, int]
+    # None when the server does not report it (an older ragd or another OpenAI-style server).
+    chunk_count: int | None
+    model: str
+    raw: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VectorStore:
+        model = data.get("embedding_model") or {}
+        return cls(
+            id=data["id"],
+            name=data.get("name") or "",
+            created_at=int(data.get("created_at") or 0),
+            status=data.get("status") or "",
+            usage_bytes=int(data.get("usage_bytes") or 0),
+            file_counts={k: int(v) for k, v in (data.get("file_counts") or {}).items()},
+            chunk_count=data.get("chunk_count"),
+            model=model.get("name", "") if isinstance(model, dict) else "",
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    file_id: str
+    filename: str
+    score: float
+    text: str
+    attributes: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SearchResults:
+    hits: list[SearchHit]
+    # The ranking the server used, when it reports one ("vector", "lexical", "hybrid").
+    mode: str | None
+    degraded: bool
+    raw: dict[str, Any]
+
+
+class RestClient:
+    def __init__(
+        self, base_url: str = DEFAULT_URL, api_key: str | None = None, timeout: float = 60.0
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RestClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        """The decoded JSON reply; raises a ClientError subclass for every failure."""
+        try:
+            reply = self._http.request(method, path, json=json, params=params)
+        except httpx.TransportError as error:
+            reason = str(error) or type(error).__name__
+            raise Unreachable(
+                f"cannot reach the ragd gateway at {self.base_url} ({reason}); "
+                "is the stack running (`make run` or `ragd serve all`), and is this its address "
+                "(--url or RAGD_URL)?"
+            ) from None
+        if reply.status_code >= 400:
+            raise _error(reply, method, path)
+        try:
+            return reply.json()
+        except ValueError:
+            raise ClientError(
+                f"{method} {path} answered {reply.status_code} with a body that is not JSON",
+                status=reply.status_code,
+            ) from None
+
+    # Vector stores
+
+    def list_vector_stores(self) -> list[VectorStore]:
+        """Every vector store, oldest first."""
+        result: list[VectorStore] = []
+        params: dict[str, Any] = {"limit": 100, "order": "asc"}
+        while True:
+            page = self.request("GET", "/v1/vector_stores", params=params)
+            result += [VectorStore.from_json(item) for item in page["data"]]
+            if not page.get("has_more") or not page["data"]:
+                return result
+            params["after"] = page["data"][-1]["id"]
+
+    def resolve(self, name_or_id: str) -> VectorStore:
+        """The one vector store with this id, or else this name; NotFound or Conflict."""
+        if name_or_id.startswith("vs_"):
+            try:
+                return self.get_vector_store(name_or_id)
+            except NotFound:
+                pass
+        matches = [s for s in self.list_vector_stores() if s.name == name_or_id]
+        if not matches:
+            raise NotFound(
+                f"no index named '{name_or_id}'; create it with `ragd index create -n {name_or_id}`"
+                " (or see `ragd index list`)",
+                status=404,
+            )
+        if len(matches) > 1:
+            ids = ", ".join(s.id for s in matches)
+            raise Conflict(
+                f"{len(matches)} indexes are named '{name_or_id}' ({ids}); pass one of these ids "
+                "to -n instead",
+                status=409,
+            )
+        return matches[0]
+
+    def create_vector_store(self, name: str, metadata: dict[str, str] | None = None) -> VectorStore:
+        body: dict[str, Any] = {"name": name}
+        if metadata:
+            body["metadata"] = metadata
+        return VectorStore.from_json(self.request("POST", "/v1/vector_stores", json=body))
+
+    def get_vector_store(self, store_id: str) -> VectorStore:
+        return VectorStore.from_json(self.request("GET", f"/v1/vector_stores/{store_id}"))
+
+    def delete_vector_store(self, store_id: str) -> bool:
+        reply = self.request("DELETE", f"/v1/vector_stores/{store_id}")
+        return bool(reply.get("deleted"))
+
+    def search(
+        self,
+        store_id: str,
+        query: str,
+        *,
+        k: int = 10,
+        mode: str | None = None,
+        filters: dict[str, Any] | None = None,
+    ) -> SearchResults:
+        body: dict[str, Any] = {"query": query, "max_num_results": k}
+        if mode is not None:
+            body["mode"] = mode
+        if filters is not None:
+            body["filters"] = filters
+        reply = self.request("POST", f"/v1/vector_stores/{store_id}/search", json=body)
+        hits = [
+            SearchHit(
+                file_id=item.get("file_id", ""),
+                filename=item.get("filename", ""),
+                score=float(item.get("score", 0.0)),
+                text="\n".join(part.get("text", "") for part in item.get("content", []) if part),
+                attributes=item.get("attributes") or {},
+            )
+            for item in reply.get("data", [])
+        ]
+        return SearchResults(
+            hits=hits, mode=reply.get("mode"), degraded=bool(reply.get("degraded")), raw=reply
+        )
+
+    # Administration (the gateway's /admin routes, behind the same API key)
+
+    def backup(self, path: str | None = None) -> dict[str, Any]:
+        body = {"path": path} if path else {}
+        result: dict[str, Any] = self.request("POST", "/admin/backup", json=body)
+        return result
+
+    def vacuum(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/admin/vacuum", json={})
+        return result
+
+
+def _error(reply: httpx.Response, method: str, path: str) -> ClientError:
+    status = reply.status_code
+    message, code = "", None
+    try:
+        error = reply.json().get("error") or {}
+        message, code = error.get("message") or "", error.get("code")
+    except (ValueError, AttributeError):
+        pass
+    message = message or reply.text.strip()[:200] or reply.reason_phrase
+    text = f"{method} {path} failed with HTTP {status}: {message}"
+    if status == 401:
+        return Unauthenticated(
+            f"{text}; set RAGD_API_KEY or pass --api-key", status=status, code=code
+        )
+    if status == 404:
+        return NotFound(text, status=status, code=code)
+    if status == 409:
+        return Conflict(text, status=status, code=code)
+    if status in (502, 503, 504):
+        return Unreachable(text, status=status, code=code)
+    return ClientError(text, status=status, code=code)

@@ -1,0 +1,401 @@
+"""Bulk ingest sessions: a stream of documents in, their progress out. No gRPC here.
+
+A session is the REST upload path run many times over: each document is stored (CreateFile)
+and attached (AttachFile, which records its ingest job in the same store transaction), then
+followed until the gateway's ingest workers finish its job. It never holds more than `window`
+documents between reading them and reporting how they ended, and reads the next document only
+when a slot is free, so a slow embedder slows the sender (transport flow control does the rest).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from services.gateway.errors import ApiError, invalid
+from services.gateway.ingest import resolve_chunking
+from services.gateway.params import attributes
+from services.gateway.parsing import UnsupportedFile, check_supported
+from services.gateway.state import Services
+from services.gateway.store_client import StoreClient, attributes_message
+from services.pb import store_pb2
+
+log = logging.getLogger(__name__)
+
+# Documents stored and attached at once per stream: enough to hide the store's round trips.
+ACCEPT_CONCURRENCY = 8
+# Unfinished documents checked per poll; polling only finds jobs that other gateways finished
+# (this gateway's workers report their own at once).
+POLL_BATCH = 16
+# Failures that end the stream rather than one document: the backends are down or overloaded,
+# so every following document would fail the same way. The client re-sends.
+TRANSIENT = frozenset({429, 503, 504})
+
+
+class State(Enum):
+    ACCEPTED = "accepted"
+    COMPLETED = "completed"
+    UNCHANGED = "unchanged"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Document:
+    ref: str
+    vector_store: str
+    filename: str
+    # None: the client sent neither bytes nor text.
+    content: bytes | None
+    # Unvalidated, as for the REST API: OpenAI's attributes and chunking_strategy JSON.
+    attributes: dict[str, Any] = field(default_factory=dict)
+    chunking: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    index: int
+    ref: str
+    state: State
+    vector_store_id: str = ""
+    file_id: str = ""
+    chunks: int = 0
+    error_code: str = ""
+    error_message: str = ""
+    duplicate: bool = False
+
+    @property
+    def final(self) -> bool:
+        return self.state is not State.ACCEPTED
+
+
+@dataclass
+class Summary:
+    documents: int = 0
+    completed: int = 0
+    unchanged: int = 0
+    failed: int = 0
+    chunks: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Waiter:
+    index: int
+    ref: str
+    duplicate: bool
+
+
+@dataclass
+class _Tracked:
+    since: float
+    waiters: list[_Waiter]
+
+
+# Accepts still running, held here because a cancelled stream's session may be gone: an
+# attach cut in half would leave a stored file that no vector store references.
+_RUNNING: set[asyncio.Task[None]] = set()
+
+_Key = tuple[str, str]  # (vector store id, file id)
+_Event = Progress | BaseException | None  # None: the request stream has ended
+
+
+async def resolve_vector_store(store: StoreClient, ref: str) -> str:
+    """The id of the vector store `ref` names: an id ("vs_...") or a name matching one store."""
+    if not ref:
+        raise invalid("the document names no vector store: set vector_store to an id or a name")
+    if ref.startswith("vs_"):
+        try:
+            await store.call("GetCollection", store_pb2.GetCollectionRequest(id=ref))
+            return ref
+        except ApiError as error:
+            if error.status != 404:
+                raise
+    matches: list[str] = []
+    after = ""
+    while True:
+        page = await store.call(
+            "ListCollections", store_pb2.ListCollectionsRequest(limit=100, order="asc", after=after)
+        )
+        matches += [c.id for c in page.collections if c.name == ref]
+        if not page.has_more or not page.collections:
+            break
+        after = page.collections[-1].id
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ApiError(
+            404,
+            f"no vector store has the id or name '{ref}'; create it first "
+            f"(POST /v1/vector_stores, or `ragd index create -n {ref}`)",
+            code="not_found",
+        )
+    raise ApiError(
+        409,
+        f"{len(matches)} vector stores are named '{ref}' ({', '.join(matches)}); "
+        "send the id of the one you mean",
+        code="ambiguous_name",
+    )
+
+
+class IngestSession:
+    """One stream's documents: `async for event in session.run(documents)`."""
+
+    def __init__(self, deps: Services, window: int, poll_seconds: float) -> None:
+        self._deps = deps
+        self._poll_seconds = poll_seconds
+        self._window = asyncio.Semaphore(window)
+        self._accepting = asyncio.Semaphore(ACCEPT_CONCURRENCY)
+        # Unbounded, but never holds more than about two events per window slot.
+        self._events: asyncio.Queue[_Event] = asyncio.Queue()
+        self._tracked: dict[_Key, _Tracked] = {}
+        self._stores: dict[str, asyncio.Task[str]] = {}
+        self._summary = Summary()
+
+    async def run(
+        self, documents: AsyncIterator[Document]
+    ) -> AsyncGenerator[Progress | Summary, None]:
+        """Progress of each document as it happens, then the summary.
+
+        Raises ApiError (and stops reading) when the store or embedder cannot be reached.
+        """
+        started = time.monotonic()
+        unsubscribe = self._deps.workers.subscribe(self._on_done)
+        reader = asyncio.create_task(self._read(documents))
+        poller = asyncio.create_task(self._poll())
+        reading, finished = True, 0
+        try:
+            while reading or finished < self._summary.documents:
+                event = await self._events.get()
+                if event is None:
+                    reading = False
+                    continue
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+                if event.final:
+                    finished += 1
+                    self._count(event)
+                    self._window.release()
+            self._summary.seconds = time.monotonic() - started
+            yield self._summary
+        finally:
+            unsubscribe()
+            reader.cancel()
+            poller.cancel()
+
+    def _count(self, event: Progress) -> None:
+        if event.state is State.COMPLETED:
+            self._summary.completed += 1
+            self._summary.chunks += event.chunks
+        elif event.state is State.UNCHANGED:
+            self._summary.unchanged += 1
+        else:
+            self._summary.failed += 1
+
+    async def _read(self, documents: AsyncIterator[Document]) -> None:
+        index = 0
+        try:
+            while True:
+                # Wait for room before reading: while the window is full the stream is not
+                # read, and the transport's flow control holds the sender back.
+                await self._window.acquire()
+                await self._accepting.acquire()
+                try:
+                    document = await anext(documents)
+                except StopAsyncIteration:
+                    break
+                self._summary.documents += 1
+                self._spawn(self._accept(index, document))
+                index += 1
+        except Exception as error:
+            self._events.put_nowait(error)
+        self._events.put_nowait(None)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        _RUNNING.add(task)
+        task.add_done_callback(_RUNNING.discard)
+
+    async def _accept(self, index: int, document: Document) -> None:
+        try:
+            try:
+                event = await self._store_document(index, document)
+            finally:
+                self._accepting.release()
+        except ApiError as error:
+            if error.status in TRANSIENT:
+                self._events.put_nowait(error)
+                return
+            code = (error.code or "invalid_value") if error.status < 500 else "server_error"
+            event = Progress(index, document.ref, State.FAILED, "", "", 0, code, error.message)
+        except Exception:
+            log.exception("bulk ingest of %r failed", document.ref)
+            event = Progress(
+                index, document.ref, State.FAILED, "", "", 0, "server_error", "internal error"
+            )
+        self._events.put_nowait(event)
+
+    async def _store_document(self, index: int, document: Document) -> Progress:
+        store = self._deps.store
+        store_id = await self._resolve(document.vector_store)
+
+        def failed(code: str, message: str) -> Progress:
+            return Progress(index, document.ref, State.FAILED, store_id, "", 0, code, message)
+
+        if not document.filename:
+            return failed("invalid_value", "the document has no filename")
+        try:
+            check_supported(document.filename)
+        except UnsupportedFile as error:
+            return failed("unsupported_file", str(error))
+        content = document.content
+        if content is None:
+            return failed(
+                "invalid_value", f"'{document.filename}' has no content: send data or text"
+            )
+        limit = self._deps.config.max_upload_bytes
+        if len(content) > limit:
+            return failed(
+                "file_too_large",
+                f"'{document.filename}' has {len(content)} bytes; the limit is {limit} "
+                "(RAGD_MAX_UPLOAD_BYTES)",
+            )
+        attrs = attributes_message(attributes({"attributes": document.attributes}))
+        strategy = resolve_chunking(document.chunking, await self._deps.embedder.info())
+        sha256 = hashlib.sha256(content).hexdigest()
+        found = await store.call(
+            "FindCollectionFile",
+            store_pb2.FindCollectionFileRequest(collection_id=store_id, sha256=sha256),
+        )
+        if found.found and found.file.status in ("in_progress", "completed"):
+            return self._existing(index, document.ref, found.file)
+        if found.found:
+            # It failed (or was cancelled) before: attach the same file again, which retries it
+            # without another copy of the content or another row in the vector store.
+            file_id, created = found.file.file_id, False
+        else:
+            file_id, created = await self._create_file(document.filename, content), True
+        attached = await store.call(
+            "AttachFile",
+            store_pb2.AttachFileRequest(
+                collection_id=store_id,
+                file_id=file_id,
+                attributes=attrs,
+                chunking_json=json.dumps(strategy.as_json()),
+            ),
+        )
+        if attached.deduplicated:
+            # Another stream attached the same content in between: keep one copy.
+            if created and attached.file_id != file_id:
+                await self._delete_file(file_id)
+            return self._existing(index, document.ref, attached)
+        self._track(attached, _Waiter(index, document.ref, duplicate=False))
+        self._deps.workers.wake()
+        return Progress(index, document.ref, State.ACCEPTED, store_id, attached.file_id)
+
+    async def _create_file(self, filename: str, content: bytes) -> str:
+        created = await self._deps.store.call(
+            "CreateFile",
+            store_pb2.CreateFileRequest(filename=filename, purpose="assistants", content=content),
+        )
+        return str(created.id)
+
+    async def _resolve(self, ref: str) -> str:
+        task = self._stores.get(ref)
+        if task is None:
+            task = asyncio.create_task(resolve_vector_store(self._deps.store, ref))
+            self._stores[ref] = task
+        # Shielded: one cancelled document must not cancel the lookup the others share.
+        return await asyncio.shield(task)
+
+    async def _delete_file(self, file_id: str) -> None:
+        try:
+            await self._deps.store.call("DeleteFile", store_pb2.GetFileRequest(id=file_id))
+        except ApiError as error:
+            log.warning("cannot delete the duplicate file %s: %s", file_id, error.message)
+
+    def _existing(self, index: int, ref: str, item: store_pb2.CollectionFile) -> Progress:
+        """A document whose content the vector store already has (indexed or being indexed)."""
+        waiter = _Waiter(index, ref, duplicate=True)
+        if item.status == "in_progress":
+            self._track(item, waiter)
+            return Progress(
+                index, ref, State.ACCEPTED, item.collection_id, item.file_id, duplicate=True
+            )
+        return _outcome(waiter, item)
+
+    def _track(self, item: store_pb2.CollectionFile, waiter: _Waiter) -> None:
+        key = (item.collection_id, item.file_id)
+        tracked = self._tracked.setdefault(key, _Tracked(time.monotonic(), []))
+        tracked.waiters.append(waiter)
+
+    def _finish(self, item: store_pb2.CollectionFile) -> None:
+        tracked = self._tracked.pop((item.collection_id, item.file_id), None)
+        for waiter in tracked.waiters if tracked else []:
+            self._events.put_nowait(_outcome(waiter, item))
+
+    def _on_done(self, item: store_pb2.CollectionFile) -> None:
+        if item.status != "in_progress":
+            self._finish(item)
+
+    async def _poll(self) -> None:
+        """Follows files whose jobs another gateway's workers run, a few at a time."""
+        while True:
+            await asyncio.sleep(self._poll_seconds)
+            while True:
+                horizon = time.monotonic() - self._poll_seconds
+                due = [key for key, t in self._tracked.items() if t.since <= horizon]
+                if not due:
+                    break
+                done = await asyncio.gather(*(self._check(key) for key in due[:POLL_BATCH]))
+                if not any(done):
+                    break
+
+    async def _check(self, key: _Key) -> bool:
+        store_id, file_id = key
+        try:
+            item = await self._deps.store.call(
+                "GetCollectionFile",
+                store_pb2.CollectionFileRef(collection_id=store_id, file_id=file_id),
+            )
+        except ApiError as error:
+            if error.status != 404:
+                log.warning("cannot follow %s in %s: %s", file_id, store_id, error.message)
+                return False
+            item = store_pb2.CollectionFile(
+                collection_id=store_id,
+                file_id=file_id,
+                status="failed",
+                last_error=store_pb2.LastError(
+                    code="not_found",
+                    message="the file was removed from the vector store before it was indexed",
+                ),
+            )
+        if item.status == "in_progress":
+            # Not finished: look again only after another poll period.
+            if key in self._tracked:
+                self._tracked[key].since = time.monotonic()
+            return False
+        self._finish(item)
+        return True
+
+
+def _outcome(waiter: _Waiter, item: store_pb2.CollectionFile) -> Progress:
+    """How a document ended, from its file's final row."""
+    base = (waiter.index, waiter.ref)
+    if item.status == "completed":
+        state = State.UNCHANGED if waiter.duplicate else State.COMPLETED
+        return Progress(*base, state, item.collection_id, item.file_id, item.chunk_count)
+    if item.status == "cancelled":
+        code, message = "cancelled", "the file was cancelled before it was indexed"
+    else:
+        code = item.last_error.code or "server_error"
+        message = item.last_error.message or "indexing failed"
+    return Progress(*base, State.FAILED, item.collection_id, item.file_id, 0, code, message)

@@ -1,0 +1,228 @@
+"""The public gRPC bulk-ingest API (protos/ingest.proto), served inside the gateway process.
+
+It runs on the gateway's event loop, started and stopped by the Starlette lifespan, and shares
+the gateway's channels, ingest workers and API keys. The servicer only converts messages: the
+session logic is in bulk.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from services.common.grpc_server import MAX_MESSAGE_BYTES, add_health, set_serving
+from services.gateway.bulk import Document, IngestSession, Progress, State, Summary
+from services.gateway.config import GatewayConfig
+from services.gateway.errors import ApiError
+from services.gateway.parsing import SUPPORTED
+from services.gateway.state import Services
+from services.pb import ingest_pb2 as pb
+from services.pb import ingest_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "ragd.ingest.v1.Ingest"
+
+_STATES = {
+    State.ACCEPTED: pb.DOCUMENT_STATE_ACCEPTED,
+    State.COMPLETED: pb.DOCUMENT_STATE_COMPLETED,
+    State.UNCHANGED: pb.DOCUMENT_STATE_UNCHANGED,
+    State.FAILED: pb.DOCUMENT_STATE_FAILED,
+}
+
+_HTTP_TO_GRPC = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.ABORTED,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+
+def status_for(error: ApiError) -> grpc.StatusCode:
+    return _HTTP_TO_GRPC.get(error.status, grpc.StatusCode.INTERNAL)
+
+
+def _document(request: pb.IngestRequest) -> Document:
+    message = request.document
+    kind = message.WhichOneof("content")
+    content = (
+        message.data
+        if kind == "data"
+        else message.text.encode("utf-8", errors="surrogatepass")
+        if kind == "text"
+        else None
+    )
+    chunking = None
+    if message.HasField("chunking"):
+        static = message.chunking
+        chunking = {
+            "type": "static",
+            "static": {
+                "max_chunk_size_tokens": static.max_chunk_size_tokens,
+                "chunk_overlap_tokens": static.chunk_overlap_tokens,
+            },
+        }
+    attrs: dict[str, Any] = {}
+    for key, value in message.attributes.items():
+        which = value.WhichOneof("kind")
+        attrs[key] = getattr(value, which) if which else None
+    return Document(
+        ref=message.ref,
+        vector_store=message.vector_store,
+        filename=message.filename,
+        content=content,
+        attributes=attrs,
+        chunking=chunking,
+    )
+
+
+def _response(event: Progress | Summary) -> pb.IngestResponse:
+    if isinstance(event, Summary):
+        return pb.IngestResponse(
+            summary=pb.IngestSummary(
+                documents=event.documents,
+                completed=event.completed,
+                unchanged=event.unchanged,
+                failed=event.failed,
+                chunks=event.chunks,
+                seconds=event.seconds,
+            )
+        )
+    progress = pb.DocumentProgress(
+        index=event.index,
+        ref=event.ref,
+        state=_STATES[event.state],
+        vector_store_id=event.vector_store_id,
+        file_id=event.file_id,
+        chunks=event.chunks,
+        duplicate=event.duplicate,
+    )
+    if event.state is State.FAILED:
+        progress.error.CopyFrom(pb.Error(code=event.error_code, message=event.error_message))
+    return pb.IngestResponse(document=progress)
+
+
+class IngestServicer(ingest_pb2_grpc.IngestServicer):
+    def __init__(self, deps: Services) -> None:
+        self._deps = deps
+
+    async def Info(
+        self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InfoResponse:
+        try:
+            model = await self._deps.embedder.info()
+        except ApiError as error:
+            await context.abort(status_for(error), error.message)
+        config = self._deps.config
+        return pb.InfoResponse(
+            model=model.name,
+            dimensions=model.dimensions,
+            max_input_tokens=model.max_input_tokens,
+            max_document_bytes=config.max_upload_bytes,
+            supported_suffixes=["", *SUPPORTED],
+            window=config.ingest_window,
+        )
+
+    async def IngestDocuments(
+        self,
+        request_iterator: AsyncIterator[pb.IngestRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[pb.IngestResponse]:
+        async def documents() -> AsyncIterator[Document]:
+            async for request in request_iterator:
+                yield _document(request)
+
+        config = self._deps.config
+        session = IngestSession(self._deps, config.ingest_window, config.ingest_poll_seconds)
+        async with contextlib.aclosing(session.run(documents())) as events:
+            try:
+                async for event in events:
+                    yield _response(event)
+            except ApiError as error:
+                await context.abort(status_for(error), error.message)
+
+
+# grpc ships no type hints, hence the ignore.
+class ApiKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """The REST API's keys, sent as `authorization: Bearer <key>` metadata; health stays open."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self._keys = [key.encode() for key in keys]
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if (
+            not self._keys
+            or handler is None
+            or handler_call_details.method.startswith("/grpc.health.")
+        ):
+            return handler
+        supplied = ""
+        for key, value in handler_call_details.invocation_metadata or ():
+            if key == "authorization":
+                supplied = value if isinstance(value, str) else value.decode()
+        scheme, _, token = supplied.partition(" ")
+        if scheme.lower() == "bearer" and any(
+            hmac.compare_digest(token.strip().encode(), key) for key in self._keys
+        ):
+            return handler
+        message = (
+            "missing API key: send the metadata 'authorization: Bearer <key>'"
+            if not supplied
+            else "invalid API key"
+        )
+        return _refusal(handler, message)
+
+
+def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(refuse)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(refuse)
+    return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+async def create_server(config: GatewayConfig, deps: Services) -> tuple[grpc.aio.Server, int]:
+    """Starts the ingest server on config.ingest_listen; SERVING once it listens."""
+    server = grpc.aio.server(
+        interceptors=[ApiKeyInterceptor(config.api_keys)],
+        options=[
+            # A document may be as large as an upload; the stream's window bounds how many wait.
+            (
+                "grpc.max_receive_message_length",
+                max(MAX_MESSAGE_BYTES, config.max_upload_bytes + (1 << 20)),
+            ),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # Two gateways on one address must not silently share it: the second fails.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    ingest_pb2_grpc.add_IngestServicer_to_server(IngestServicer(deps), server)
+    health = add_health(server)
+    try:
+        port = server.add_insecure_port(config.ingest_listen)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"cannot listen on RAGD_INGEST_LISTEN={config.ingest_listen}: {error}; "
+            "set another address, or 'off' to serve no gRPC ingest"
+        ) from None
+    await server.start()
+    await set_serving(health, [SERVICE_NAME], True)
+    return server, port
