@@ -47,6 +47,7 @@ def stack_env(data_dir: Path, threads: int) -> dict[str, str]:
         "RAGD_MODEL_PATH": str(MODEL_PATH),
         "RAGD_HOST": "127.0.0.1",
         "RAGD_PORT": str(free_port()),
+        "RAGD_INGEST_LISTEN": f"127.0.0.1:{free_port()}",
         "RAGD_EMBEDDER_THREADS": str(threads),
         "RAGD_LOG_LEVEL": "WARNING",
     }

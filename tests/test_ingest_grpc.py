@@ -1,7 +1,7 @@
 """The gateway's gRPC bulk-ingest API against a real stack: outcomes, re-sends, broken streams,
 API keys, and bounded gateway memory while thousands of documents stream through.
 
-RAGD_TEST_INGEST_DOCS sets the size of the memory test (default 300; `make test-ingest-large`
+RAGD_TEST_INGEST_DOCS sets the size of the memory test (default 1500; `make test-ingest-large`
 runs 10000).
 """
 
@@ -26,7 +26,7 @@ from tests.harness import free_port, started_stack
 
 KEY = "ingest-test-key"
 WINDOW = 32
-DOCS = int(os.environ.get("RAGD_TEST_INGEST_DOCS", "300"))
+DOCS = int(os.environ.get("RAGD_TEST_INGEST_DOCS", "1500"))
 
 
 @pytest.fixture(scope="module")
