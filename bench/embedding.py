@@ -146,8 +146,8 @@ def _rows(ctx: Context, rate: dict[str, float]) -> None:
     config = ctx.config
     batch = config.embed_batch
     best_name, best = max(
-        (("llama-cpp-python in-process (Llama.embed)", rate["in_process_llama"]),
-         ("ragd EmbeddingModel in-process", rate["in_process_ragd"])),
+        (("llama-cpp-python Llama.embed", rate["in_process_llama"]),
+         ("ragd EmbeddingModel", rate["in_process_ragd"])),
         key=lambda item: item[1],
     )  # fmt: skip
     unit = "texts/s"
@@ -161,7 +161,7 @@ def _rows(ctx: Context, rate: dict[str, float]) -> None:
             f"REST /v1/embeddings, {batch} texts/request, base64, 1 client",
             rate["rest_base64"],
             unit,
-            baseline_name=f"best in-process ({best_name})",
+            baseline_name=f"best in-process: {best_name}",
             baseline=best,
             target=TARGET_VS_IN_PROCESS,
         )
@@ -172,7 +172,7 @@ def _rows(ctx: Context, rate: dict[str, float]) -> None:
             f"REST /v1/embeddings, {batch} texts/request, float JSON, 1 client",
             rate["rest_float"],
             unit,
-            baseline_name=f"best in-process ({best_name})",
+            baseline_name=f"best in-process: {best_name}",
             baseline=best,
         )
     )
@@ -182,7 +182,7 @@ def _rows(ctx: Context, rate: dict[str, float]) -> None:
             f"llama_cpp.server, {batch} texts/request, 1 client",
             rate["llama_server_batched"],
             unit,
-            baseline_name=f"best in-process ({best_name})",
+            baseline_name=f"best in-process: {best_name}",
             baseline=best,
         )
     )

@@ -16,6 +16,45 @@ from contextlib import contextmanager
 from pathlib import Path
 
 _RATE = 100
+# Frames every sample passes through: they say nothing about where the time goes.
+_PLUMBING = frozenset(
+    {
+        "<frozen runpy>",
+        "__main__.py",
+        "threading.py",
+        "thread.py",
+        "base_events.py",
+        "events.py",
+        "runners.py",
+        "_asynciomodule.c",
+        "_ctypes.c",
+        "callproc.c",
+        "libffi.so.8.1.2",
+        "libc.so.6",
+        "libpython3.11.so.1.0",
+    }
+)
+# Frames of a thread that is blocked, not running: event loops waiting for I/O, locks,
+# condition variables, queues, sleeps.
+_BLOCKING = frozenset(
+    {
+        "epoll_wait",
+        "poll",
+        "ppoll",
+        "select",
+        "PyThread_acquire_lock_timed",
+        "pthread_cond_wait",
+        "pthread_cond_timedwait",
+        "pthread_cond_clockwait",
+        "sem_wait",
+        "sem_timedwait",
+        "sem_clockwait",
+        "nanosleep",
+        "clock_nanosleep",
+        "accept",
+        "accept4",
+    }
+)
 
 
 def _py_spy() -> str | None:
@@ -66,25 +105,44 @@ def _frame_name(frame: str) -> str:
     return f"{name} ({Path(source).name})"
 
 
+def _plumbing(frame: str) -> bool:
+    name, _, source = frame.partition(" (")
+    return name.startswith("0x") or source.rstrip(")") in _PLUMBING
+
+
+def _blocked(frames: list[str]) -> bool:
+    return any(frame.split(" (", 1)[0] in _BLOCKING for frame in frames)
+
+
 def summarize(raw: str, top: int = 25) -> str:
-    """Self and inclusive sample shares of the hottest frames in py-spy's collapsed stacks."""
+    """Self and inclusive shares of the hottest frames in py-spy's collapsed stacks, over the
+    samples of threads that were running (with --native, py-spy also samples threads blocked
+    in a wait; those are counted apart). Spinning, e.g. OpenMP waiting for work, is running."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
-    total = 0
+    total = blocked = 0
     for line in raw.splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        total += count
         frames = [_frame_name(frame) for frame in stack.split(";")]
+        if _blocked(frames):
+            blocked += count
+            continue
+        total += count
         own[frames[-1]] += count
         for frame in set(frames):
             inclusive[frame] += count
     if total == 0:
-        return "no samples (the process was idle)\n"
-    lines = [f"{total} samples at {_RATE} Hz (busy threads only)", "", "self time:"]
+        return f"no running samples ({blocked} blocked)\n"
+    lines = [
+        f"{total} running samples at {_RATE} Hz ({blocked} more in blocking waits, excluded)",
+        "",
+        "self time:",
+    ]
     lines += [f"  {100 * n / total:5.1f}%  {frame}" for frame, n in own.most_common(top)]
-    lines += ["", "inclusive time:"]
-    lines += [f"  {100 * n / total:5.1f}%  {frame}" for frame, n in inclusive.most_common(top)]
+    lines += ["", "inclusive time (without interpreter and thread plumbing):"]
+    shown = [(f, n) for f, n in inclusive.most_common() if not _plumbing(f)][:top]
+    lines += [f"  {100 * n / total:5.1f}%  {frame}" for frame, n in shown]
     return "\n".join(lines) + "\n"

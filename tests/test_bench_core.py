@@ -140,16 +140,19 @@ def test_paragraphs_are_blank_line_blocks_within_bounds() -> None:
     assert paragraphs(text, 20, 100) == ["a paragraph that wraps lines"]
 
 
-def test_profile_summary_ranks_self_and_inclusive_time() -> None:
+def test_profile_summary_ranks_running_frames_and_sets_blocked_ones_apart() -> None:
     raw = "\n".join(
         [
             "main (app.py:1);embed (model.py:10);llama_decode 30",
             "main (app.py:1);to_json (app.py:5) 10",
+            "loop (events.py:3);select (selectors.py:9);epoll_wait (libc.so.6) 50",
             "garbage-line",
         ]
     )
     summary = summarize(raw)
-    assert "40 samples" in summary
+    assert "40 running samples" in summary
+    assert "50 more in blocking waits" in summary
     assert " 75.0%  llama_decode" in summary
     assert "100.0%  main (app.py)" in summary
-    assert summarize("") == "no samples (the process was idle)\n"
+    assert "epoll_wait" not in summary
+    assert summarize("") == "no running samples (0 blocked)\n"
