@@ -201,8 +201,8 @@ cpu_ticks() { podman exec "$1" cat /proc/1/stat | awk '{print $14 + $15}'; }
 # Bursts of embedding requests through the gateway until every embedder replica has done a
 # fair part of the work (CPU time of its process): the gateway found all of them through the one
 # service name and balances over them. $1: seconds to wait for that. A replica that comes back
-# gets calls again once the gateway reconnects to it, or, if its address changed, once gRPC
-# resolves the name again (at most every 30 s).
+# gets calls again once the gateway resolves the name again, which it does when a connection
+# ends (RAGD_EMBEDDER_MAX_CONNECTION_AGE), at most every 30 s.
 check_spread() {
   local deadline=$(($(date +%s) + $1)) started=$SECONDS before=() delta=() total i fair report
   while :; do
@@ -279,7 +279,9 @@ main() {
 
   RAGD_PORT=$(free_port)
   RAGD_INGEST_PORT=$(free_port)
-  export RAGD_PORT RAGD_INGEST_PORT RAGD_API_KEYS=$API_KEY RAGD_EMBEDDER_REPLICAS=2
+  # A short connection age: a replica that comes back gets calls again within seconds.
+  export RAGD_PORT RAGD_INGEST_PORT RAGD_API_KEYS=$API_KEY RAGD_EMBEDDER_REPLICAS=2 \
+    RAGD_EMBEDDER_MAX_CONNECTION_AGE=15
   say "up: gateway on 127.0.0.1:$RAGD_PORT"
   compose up -d
   mapfile -t embedders < <(project_containers | grep '_embedder_')
@@ -323,7 +325,11 @@ main() {
   say "restarting $store; searching what it stored before"
   podman restart "$store" >/dev/null
   wait_healthy 120 "$store"
-  wait_healthy 60 "$gateway"
+  # The store comes back on a new address; the gateway finds it when gRPC resolves the name
+  # again, which it does at most every 30 s.
+  local waited=$SECONDS
+  wait_healthy 120 "$gateway"
+  echo "gateway ready again $((SECONDS - waited)) s after the store"
   "${flow[@]}" search "$store_id"
   phase_done "store restart keeps data"
 

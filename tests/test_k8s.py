@@ -97,6 +97,7 @@ def test_the_stack_has_every_object(manifests: dict[tuple[str, str], Manifest]) 
         ("PodDisruptionBudget", "embedder"),
         ("StatefulSet", "store"),
         ("Service", "store"),
+        ("Service", "store-pods"),
         ("Deployment", "gateway"),
         ("Service", "gateway"),
     }
@@ -178,6 +179,9 @@ def test_the_store_is_one_replica_with_the_only_volume_claim(
 ) -> None:
     store = manifests["StatefulSet", "store"]["spec"]
     assert store["replicas"] == 1
+    # Pods get stable names from a headless Service; clients use a stable virtual IP.
+    assert manifests["Service", store["serviceName"]]["spec"]["clusterIP"] == "None"
+    assert "clusterIP" not in manifests["Service", "store"]["spec"]
     [claim] = store["volumeClaimTemplates"]
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
     mounts = {
