@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import apsw
 import grpc
@@ -19,6 +20,7 @@ from services.store.db import open_database
 from services.store.records import ChunkInput, ClaimedJob, CollectionFile, File
 from services.store.repository import Repository
 from services.store.server import create_server
+from services.store.vector_index import COARSE, EXACT, IndexSettings
 
 MODEL = "all-MiniLM-L6-v2"
 
@@ -33,8 +35,10 @@ class FakeClock:
         return float(self.now)
 
 
-def open_repository(path: Path, clock: Callable[[], float] = time.time) -> Repository:
-    repository = Repository(path, clock=clock)
+def open_repository(
+    path: Path, clock: Callable[[], float] = time.time, index: IndexSettings | None = None
+) -> Repository:
+    repository = Repository(path, clock=clock, index=index)
     repository.migrate()
     return repository
 
@@ -53,9 +57,10 @@ class RunningStore:
 
 
 @asynccontextmanager
-async def running_store(db_path: Path) -> AsyncIterator[RunningStore]:
-    """The real store on a free port with a connected client; stopped and closed afterwards."""
-    config = StoreConfig(listen="127.0.0.1:0", db_path=db_path, threads=2)
+async def running_store(db_path: Path, **settings: Any) -> AsyncIterator[RunningStore]:
+    """The real store on a free port with a connected client; stopped and closed afterwards.
+    `settings` override StoreConfig fields."""
+    config = StoreConfig(listen="127.0.0.1:0", db_path=db_path, threads=2, **settings)
     server, port = await create_server(config)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -76,14 +81,16 @@ def check_invariants(path: Path) -> None:
 
     Counters match the rows they count; chunks and vectors exist only for completed files,
     one vector per chunk; exactly the in-progress files have one live job; foreign keys hold.
+    A coarse index holds a subset of the vectors while it is built, all of them once built.
     """
     conn = open_database(path)
     try:
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         collections = conn.execute(
-            "SELECT id, chunk_count, file_count, usage_bytes FROM collections"
+            "SELECT id, chunk_count, file_count, usage_bytes, vector_index FROM collections"
         ).fetchall()
-        for key, chunk_count, file_count, usage in collections:
+        for key, chunk_count, file_count, usage, index in collections:
+            check_coarse_index(conn, cast(int, key), str(index))
             where = "FROM collection_files WHERE collection_id = ?"
             assert file_count == _scalar(conn, f"SELECT count(*) {where}", key)
             completed = f"{where} AND status = 'completed'"
@@ -135,6 +142,30 @@ def check_invariants(path: Path) -> None:
         )
     finally:
         conn.close()
+
+
+def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
+    tables = {
+        str(row[0])
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name IN (?, ?)", (f"vecf_{key}", f"vecq_{key}")
+        )
+    }
+    if index == EXACT:
+        assert tables == set(), f"collection {key} is exact but has {tables}"
+        return
+    floats = _scalar(conn, f"SELECT count(*) FROM vecf_{key:d}")
+    assert _scalar(conn, f"SELECT count(*) FROM vecq_{key:d}") == floats
+    strays = _scalar(
+        conn,
+        f"SELECT count(*) FROM vecf_{key:d} WHERE id NOT IN"
+        " (SELECT id FROM chunks WHERE collection_id = ?)",
+        key,
+    )
+    assert strays == 0, f"{strays} coarse rows without a chunk in collection {key}"
+    if index == COARSE:
+        chunks = _scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
+        assert floats == chunks, f"coarse index of {key}: {floats} rows for {chunks} chunks"
 
 
 def upload(repo: Repository, content: bytes | str = b"hello", filename: str = "a.txt") -> File:

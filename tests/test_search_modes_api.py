@@ -52,7 +52,8 @@ def team(filename: str) -> str:
 
 @pytest.fixture(scope="module")
 def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from started_stack(tmp_path_factory.mktemp("modes"))
+    # Every store gets a coarse index: these tests then hold for the coarse path too.
+    yield from started_stack(tmp_path_factory.mktemp("modes"), RAGD_COARSE_MIN_ROWS="1")
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +75,12 @@ def store_id(client: httpx.Client) -> str:
         assert attached.status_code == 200, attached.text
     deadline = time.monotonic() + 120
     while True:
-        counts = client.get(f"/v1/vector_stores/{vs}").json()["file_counts"]
-        if counts["completed"] == len(DOCS):
+        found = client.get(f"/v1/vector_stores/{vs}").json()
+        counts = found["file_counts"]
+        if counts["completed"] == len(DOCS) and found["vector_index"] == "coarse":
             return vs
-        assert counts["in_progress"] > 0 and time.monotonic() < deadline, counts
+        assert counts["in_progress"] + counts["completed"] > 0, counts
+        assert time.monotonic() < deadline, found
         time.sleep(0.2)
 
 
@@ -147,6 +150,16 @@ def test_filters_stay_exact_in_every_mode(client: httpx.Client, store_id: str, m
         assert sorted(hit["filename"] for hit in page["data"]) == expected
 
 
+def test_exact_search_agrees_with_the_coarse_index_on_a_small_store(
+    client: httpx.Client, store_id: str
+) -> None:
+    for query in ("certificate expired E4410", "disk full on the build host"):
+        pages = [search(client, store_id, query=query, exact=e).json() for e in (False, True)]
+        assert [hit["filename"] for hit in pages[0]["data"]] == [
+            hit["filename"] for hit in pages[1]["data"]
+        ]
+
+
 def test_several_queries_keep_each_chunks_best_score(client: httpx.Client, store_id: str) -> None:
     page = search(client, store_id, query=["E1148", "E9015"], mode="lexical").json()
     assert {hit["filename"] for hit in page["data"]} == {"E1148.txt", "E9015.txt"}
@@ -158,6 +171,7 @@ def test_several_queries_keep_each_chunks_best_score(client: httpx.Client, store
     [
         (b'{"query": "x", "mode": "semantic"}', "mode"),
         (b'{"query": "x", "mode": 3}', "mode"),
+        (b'{"query": "x", "exact": "yes"}', "exact"),
         # JSON can spell a lone surrogate, which has no UTF-8 form.
         (b'{"query": "bad \\ud800 half", "mode": "lexical"}', "query"),
         (b'{"query": "", "mode": "lexical"}', "query"),

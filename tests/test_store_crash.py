@@ -36,6 +36,8 @@ def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         tmp_path_factory.mktemp("crash"),
         RAGD_INGEST_LEASE_SECONDS="5",
         RAGD_EMBED_BATCH_SIZE="4",
+        # Coarse indexes get built (and their builds killed) from the first chunks on.
+        RAGD_COARSE_MIN_ROWS="8",
     )
 
 

@@ -24,6 +24,7 @@ from services.store.errors import (
 from services.store.filters import Comparison
 from services.store.records import BatchFileInput, ChunkInput, FileCounts
 from services.store.repository import Repository
+from services.store.vector_index import IndexSettings
 from tests.store_fixtures import (
     MODEL,
     FakeClock,
@@ -86,6 +87,7 @@ def test_a_schema_v1_database_is_migrated_and_still_searchable(tmp_path: Path) -
         assert (collection.chunk_count, collection.file_count) == (12, 3)
         assert collection.file_counts == FileCounts(completed=3)
         assert (collection.expires_anchor, collection.expires_at) == ("", 0)
+        assert collection.vector_index == "exact"
         for rowid, vector in vectors.items():
             top = repo.search(collection.id, vector, k=1)[0]
             assert top.chunk_id == f"chunk_{rowid}"
@@ -109,6 +111,17 @@ def test_a_schema_v1_database_is_migrated_and_still_searchable(tmp_path: Path) -
         repo.delete_file("file-fixture0")
         assert repo.get_collection(collection.id).chunk_count == 9
         check_invariants(path)
+    # An old collection gets a coarse index like any other once it is large enough.
+    with open_repository(path, index=IndexSettings(min_rows=1)) as repo:
+        while repo.build_indexes():
+            pass
+        assert repo.get_collection(collection.id).vector_index == "coarse"
+        hits = repo.search(collection.id, vectors[1], k=20, filter=Comparison("n", "eq", value=1.0))
+        assert [hit.file_id for hit in hits] == ["file-fixture1"] * 4
+        for vector in vectors.values():
+            coarse, exact = (repo.search(collection.id, vector, 5, exact=e) for e in (False, True))
+            assert [hit.chunk_id for hit in coarse] == [hit.chunk_id for hit in exact]
+    check_invariants(path)
 
 
 # Files

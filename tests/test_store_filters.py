@@ -26,6 +26,7 @@ from services.store.filters import (
 from services.store.ingest import attributes_json
 from services.store.records import AttributeValue, ChunkInput
 from services.store.repository import Repository
+from services.store.vector_index import IndexSettings
 from tests.store_fixtures import MODEL, check_invariants, open_repository, unit_vectors, upload
 
 Attributes = dict[str, AttributeValue]
@@ -206,11 +207,27 @@ class Corpus:
     vectors: npt.NDArray[np.float32]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
+# Exact search only; the coarse index through its post-filter (with the exact fallbacks); the
+# coarse index pre-filtering every partition. The corpus is small enough that the candidates
+# cover it, so each path must give the exact top-k.
+INDEXES = {
+    "exact": IndexSettings(coarse=False),
+    # slack = PARTITIONS: each partition returns C rows, more than it holds.
+    "coarse-postfilter": IndexSettings(
+        min_rows=1, min_candidates=10, small_min_candidates=10, oversample=1, slack=64.0
+    ),
+    "coarse-prefilter": IndexSettings(min_rows=1, max_pool=0, exact_ids_max=0),
+}
+
+
+@pytest.fixture(scope="module", params=list(INDEXES))
+def corpus(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Corpus]:
     rng = np.random.default_rng(11)
     path = tmp_path_factory.mktemp("filters") / "ragd.db"
-    with open_repository(path) as repo:
+    index_settings: IndexSettings = INDEXES[request.param]
+    with open_repository(path, index=index_settings) as repo:
         collection_id = repo.create_collection("filters", MODEL, DIMS).id
         file_ids = [upload(repo, f"doc {i}").id for i in range(FILES)]
         for file_id in file_ids:
@@ -231,6 +248,10 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
         # Files still in progress hold no chunks, whatever their attributes.
         for i in range(2):
             repo.attach_file(collection_id, upload(repo, f"pending {i}").id, {"a": "x"})
+        while repo.build_indexes():
+            pass
+        expected = "coarse" if index_settings.coarse else "exact"
+        assert repo.get_collection(collection_id).vector_index == expected
         yield Corpus(
             repo,
             collection_id,

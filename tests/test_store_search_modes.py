@@ -30,7 +30,7 @@ from services.store.fusion import (
 from services.store.lexical import MAX_QUERY_TERMS, fts_query
 from services.store.records import ChunkInput, SearchHit
 from services.store.repository import Repository
-from services.store.search import MAX_K
+from services.store.vector_index import MAX_K
 from tests.store_fixtures import (
     MODEL,
     FakeClock,

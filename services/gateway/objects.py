@@ -49,6 +49,8 @@ def vector_store(collection: store_pb2.Collection, now: float | None = None) -> 
         "embedding_model": {"name": collection.model, "dimensions": collection.dimensions},
         # Extension: chunks indexed in the store (searchable ones; files in progress add later).
         "chunk_count": collection.chunk_count,
+        # Extension: "exact", "building" or "coarse" (large stores; see the README).
+        "vector_index": collection.vector_index,
     }
 
 

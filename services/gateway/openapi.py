@@ -158,6 +158,11 @@ _SCHEMAS: dict[str, Any] = {
             "name": {"type": "string"},
             "usage_bytes": {"type": "integer"},
             "chunk_count": {"type": "integer", "description": "ragd extension"},
+            "vector_index": {
+                "description": "ragd extension: how vector searches run: exact (scan), "
+                "building (a coarse index is being built) or coarse",
+                "enum": ["exact", "building", "coarse"],
+            },
             "file_counts": _OBJ,
             "status": {"enum": ["expired", "in_progress", "completed"]},
             "last_active_at": {"type": ["integer", "null"]},
@@ -241,6 +246,12 @@ _SCHEMAS: dict[str, Any] = {
                 "chunk text, no embedder needed) or hybrid (reciprocal rank fusion of both)",
                 "enum": ["vector", "lexical", "hybrid"],
                 "default": "vector",
+            },
+            "exact": {
+                "description": "extension: rank by an exhaustive scan instead of the coarse "
+                "index large vector stores use (exact, slower); filters are exact either way",
+                "type": "boolean",
+                "default": False,
             },
         },
     },

@@ -9,6 +9,7 @@ from typing import Any
 
 import apsw
 
+from services.store import vector_index
 from services.store.db import atomic
 from services.store.errors import CollectionNotFound, InvalidArgument
 from services.store.records import Collection, FileCounts, Page
@@ -24,20 +25,13 @@ _DAY_SECONDS = 86400
 
 _COLUMNS = (
     "id, public_id, name, created_at, last_active_at, metadata, model, dimensions, "
-    "chunk_count, file_count, usage_bytes, expires_anchor, expires_days, "
+    "chunk_count, file_count, usage_bytes, expires_anchor, expires_days, vector_index, "
     + ", ".join(
         "(SELECT count(*) FROM collection_files AS cf"
         f" WHERE cf.collection_id = collections.id AND cf.status = '{status}')"
         for status in ("in_progress", "completed", "failed", "cancelled")
     )
 )
-
-
-def vec_table(key: int) -> str:
-    """The vec0 table of a collection, named from its integer key only (never from input)."""
-    if not isinstance(key, int) or isinstance(key, bool) or key <= 0:
-        raise ValueError(f"collection key must be a positive integer, got {key!r}")
-    return f"vec_{key:d}"
 
 
 def expires_at(last_active_at: int, anchor: str, days: int) -> int:
@@ -58,7 +52,7 @@ def check_expiry(anchor: str, days: int) -> None:
 
 def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
     (key, public_id, name, created, active, metadata, model, dims, chunks, files, usage,
-     anchor, days, in_progress, completed, failed, cancelled) = row  # fmt: skip
+     anchor, days, index, in_progress, completed, failed, cancelled) = row  # fmt: skip
     collection = Collection(
         id=public_id,
         name=name,
@@ -74,6 +68,7 @@ def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
         expires_anchor=anchor,
         expires_days=days,
         expires_at=expires_at(active, anchor, days),
+        vector_index=index,
     )
     return key, collection
 
@@ -130,10 +125,7 @@ def create(
             ),
         )
         key = conn.last_insert_rowid()
-        conn.execute(
-            f"CREATE VIRTUAL TABLE {vec_table(key)} "
-            f"USING vec0(embedding float[{dimensions:d}] distance_metric=cosine)"
-        )
+        vector_index.create_tables(conn, key, dimensions)
     return Collection(
         id=public_id,
         name=name,
@@ -244,4 +236,4 @@ def delete(conn: apsw.Connection, collection_id: str) -> None:
         conn.execute("DELETE FROM collection_files WHERE collection_id = ?", (key,))
         conn.execute("DELETE FROM file_batches WHERE collection_id = ?", (key,))
         conn.execute("DELETE FROM collections WHERE id = ?", (key,))
-        conn.execute(f"DROP TABLE {vec_table(key)}")
+        vector_index.drop_tables(conn, key)

@@ -22,6 +22,10 @@ class StoreConfig:
     cache_max_entries: int = 100_000
     # Audit log entries older than this are pruned; 0 keeps them forever.
     audit_retention_days: int = 30
+    # Coarse (binary-quantized) index for collections of at least coarse_min_rows vectors;
+    # off keeps every search an exhaustive scan.
+    coarse_index: bool = True
+    coarse_min_rows: int = 16_384
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreConfig:
@@ -36,4 +40,6 @@ class StoreConfig:
             audit_retention_days=env.int(
                 "AUDIT_RETENTION_DAYS", cls.audit_retention_days, minimum=0
             ),
+            coarse_index=env.bool("COARSE_INDEX", cls.coarse_index),
+            coarse_min_rows=env.int("COARSE_MIN_ROWS", cls.coarse_min_rows, minimum=1),
         )

@@ -19,7 +19,8 @@ from services.common.vectors import FloatMatrix
 from services.store import lexical
 from services.store.filters import Filter
 from services.store.records import SearchHit
-from services.store.search import MAX_K, nearest
+from services.store.search import DEFAULT_INDEX, nearest
+from services.store.vector_index import MAX_K, IndexSettings
 
 # The constant of the original paper; it damps the weight of the very first ranks.
 RRF_K = 60
@@ -82,6 +83,8 @@ def hybrid(
     model: str,
     now: int,
     filter: Filter | None = None,
+    index: IndexSettings = DEFAULT_INDEX,
+    exact: bool = False,
 ) -> list[SearchHit]:
     """The k best chunks by RRF of the vector ranking of `query` and the bm25 ranking of
     `text`, both restricted by the same filter."""
@@ -106,5 +109,7 @@ def hybrid(
         model=model,
         now=now,
         filter=filter,
+        index=index,
+        exact=exact,
     )
     return fuse(vector_hits, lexical_hits, k, score_threshold)

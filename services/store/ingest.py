@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import apsw
 
 from services.common.vectors import FloatMatrix, to_bytes
-from services.store.catalog import lookup, vec_table
+from services.store import vector_index
+from services.store.catalog import lookup
 from services.store.compat import check_compatible, check_vectors
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
@@ -54,7 +56,7 @@ def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
     old_ids = conn.execute(
         "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id)
     ).fetchall()
-    conn.executemany(f"DELETE FROM {vec_table(key)} WHERE rowid = ?", old_ids)
+    vector_index.delete(conn, key, [cast(int, row[0]) for row in old_ids])
     conn.execute("DELETE FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id))
 
 
@@ -75,9 +77,10 @@ def insert_chunks(
         "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
         (key, file_id),
     ).fetchall()
-    conn.executemany(
-        f"INSERT INTO {vec_table(key)} (rowid, embedding) VALUES (?, ?)",
-        [(row[0], to_bytes(vector)) for row, vector in zip(ids, vectors, strict=True)],
+    vector_index.insert(
+        conn,
+        key,
+        [(cast(int, row[0]), to_bytes(vector)) for row, vector in zip(ids, vectors, strict=True)],
     )
 
 

@@ -19,7 +19,8 @@ from services.store.db import atomic, try_write
 from services.store.errors import InvalidArgument
 from services.store.filters import Filter, compile_filter
 from services.store.records import SearchHit
-from services.store.search import MAX_K, chunk_public_id
+from services.store.search import chunk_public_id
+from services.store.vector_index import MAX_K
 
 # Words of the query beyond this many distinct ones are ignored: each is one posting-list scan.
 MAX_QUERY_TERMS = 64

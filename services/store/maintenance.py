@@ -12,10 +12,10 @@ from typing import cast
 import apsw
 import sqlite_vec
 
-from services.store import audit, cache
-from services.store.catalog import vec_table
+from services.store import audit, cache, vector_index
 from services.store.db import atomic
 from services.store.errors import BackupExists, InvalidArgument
+from services.store.vector_index import vec_table
 
 BACKUP_SUFFIX = ".db"
 # Live jobs only (the partial index), never the finished ones that accumulate.
@@ -201,11 +201,13 @@ def _compact(conn: apsw.Connection, key: int) -> bool:
     """
     table = vec_table(key)
     with atomic(conn):
+        # The coarse bit table fragments the same way, partition by partition.
+        repacked = vector_index.repack_coarse(conn, key)
         found = _vector_slots(conn, key)
         if found is None or found.per_chunk <= 0:
-            return False
+            return repacked
         if found.chunks <= math.ceil(found.live / found.per_chunk):
-            return False
+            return repacked
         conn.execute(f"CREATE TEMP TABLE vec_keep AS SELECT rowid AS id, embedding FROM {table}")
         conn.execute(f"DELETE FROM {table}")
         conn.execute(

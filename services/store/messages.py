@@ -112,6 +112,7 @@ def collection_message(collection: Collection) -> pb.Collection:
         expires_anchor=collection.expires_anchor,
         expires_days=collection.expires_days,
         expires_at=collection.expires_at,
+        vector_index=collection.vector_index,
     )
 
 

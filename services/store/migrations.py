@@ -199,11 +199,20 @@ CREATE INDEX audit_log_at ON audit_log (at);
 CREATE INDEX audit_log_collection ON audit_log (collection_id, id);
 """
 
+# How each collection's vectors are searched (vector_index.py): every existing collection starts
+# exact; the store's background builder adds the coarse index to those large enough, so this
+# step is instant whatever the database holds.
+_V5_VECTOR_INDEX = """
+ALTER TABLE collections ADD COLUMN vector_index TEXT NOT NULL DEFAULT 'exact'
+    CHECK (vector_index IN ('exact', 'building', 'coarse'));
+"""
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
     _script(_V3_LEXICAL_INDEX),
     _script(_V4_CACHE_AND_AUDIT),
+    _script(_V5_VECTOR_INDEX),
 ]
 
 

@@ -45,6 +45,9 @@ class Collection:
     expires_days: int = 0
     # Unix seconds, 0 when the collection does not expire.
     expires_at: int = 0
+    # How vector searches run: "exact", "building" (a coarse index, searches still exact)
+    # or "coarse" (coarse + exact rescoring; see vector_index.py).
+    vector_index: str = "exact"
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from services.store import (
     lexical,
     migrations,
     search,
+    vector_index,
 )
 from services.store.db import ThreadConnections
 from services.store.errors import InvalidArgument
@@ -54,8 +55,12 @@ class Repository:
         clock: Callable[[], float] = time.time,
         max_attempts: int = jobs.MAX_ATTEMPTS,
         operations: OperationsSettings | None = None,
+        index: vector_index.IndexSettings | None = None,
     ) -> None:
         self._connections = ThreadConnections(path)
+        self.index = index or vector_index.IndexSettings()
+        # Builds in progress: collection key -> last rowid copied.
+        self._builds: dict[int, int] = {}
         self._clock = clock
         self._max_attempts = max_attempts
         # Embedding cache, audit log, stats, backup and vacuum.
@@ -74,6 +79,25 @@ class Repository:
 
     def close(self) -> None:
         self._connections.close()
+
+    def build_indexes(self, budget_seconds: float = 0.5) -> bool:
+        """Advances coarse index builds (vector_index.py) for about `budget_seconds`, one
+        short transaction at a time; True while work remains. The server calls it from a
+        background loop; one caller at a time."""
+        conn = self._connections.get()
+        deadline = time.monotonic() + budget_seconds
+        pending = vector_index.pending_builds(conn, self.index)
+        self._builds = {key: self._builds.get(key, 0) for key in pending}
+        for key in pending:
+            # At least one step per call, so any budget makes progress.
+            while (
+                after := vector_index.build_step(conn, key, self._builds[key], self.index)
+            ) is not None:
+                self._builds[key] = after
+                if time.monotonic() >= deadline:
+                    return True
+            del self._builds[key]
+        return bool(self._builds)
 
     def __enter__(self) -> Repository:
         return self
@@ -167,9 +191,10 @@ class Repository:
         filter: Filter | None = None,
         mode: str = search.VECTOR,
         query_text: str = "",
+        exact: bool = False,
     ) -> list[SearchHit]:
         """`mode` is one of search.MODES (empty: vector); lexical uses only `query_text`,
-        vector only `query`, hybrid both."""
+        vector only `query`, hybrid both. `exact` skips the coarse index."""
         mode = mode or search.VECTOR
         if mode not in search.MODES:
             raise InvalidArgument(f"mode must be one of {', '.join(search.MODES)}, got {mode!r}")
@@ -198,6 +223,8 @@ class Repository:
                 model=model,
                 now=now,
                 filter=filter,
+                index=self.index,
+                exact=exact,
             )
         return search.nearest(
             conn,
@@ -208,6 +235,8 @@ class Repository:
             model=model,
             now=now,
             filter=filter,
+            index=self.index,
+            exact=exact,
         )
 
     # Files

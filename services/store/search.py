@@ -9,50 +9,43 @@ from typing import cast
 import apsw
 
 from services.common.vectors import FloatMatrix, to_bytes
-from services.store.catalog import lookup, vec_table
+from services.store import vector_index
+from services.store.catalog import lookup
 from services.store.compat import check_compatible, check_vectors
 from services.store.db import atomic, try_write
 from services.store.errors import InvalidArgument
 from services.store.filters import Filter, compile_filter
 from services.store.records import SearchHit
+from services.store.vector_index import MAX_K, IndexSettings
 
-# sqlite-vec's limit on k in a KNN query.
-MAX_K = 4096
+DEFAULT_INDEX = IndexSettings()
 
 # Search modes (SearchRequest.mode): this module's KNN, lexical.py's bm25, fusion.py's RRF.
 VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
 MODES = (VECTOR, LEXICAL, HYBRID)
 
-# The KNN runs first (materialized, so the planner cannot push joins into vec0), then the
-# hits pick up their text and source. A filter restricts the KNN exactly with `rowid IN
-# (chunks of the completed files that match)`, which sqlite-vec 0.1.9 applies during its
-# brute-force scan: the result is the true top-k among the matching chunks. Chunks exist only
-# for completed files (they are written in the same transaction as the status), so the
-# status test is a second line of defence.
-_SEARCH_SQL = """
-WITH knn AS MATERIALIZED (
-    SELECT rowid AS chunk_id, distance FROM {table} WHERE embedding MATCH ? AND k = ?{restrict}
-)
-SELECT knn.chunk_id, knn.distance, c.file_id, c.chunk_index, c.text, f.filename, cf.attributes
-FROM knn
-JOIN chunks AS c ON c.id = knn.chunk_id
-JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
-JOIN files AS f ON f.id = c.file_id
-WHERE cf.status = 'completed'
-ORDER BY knn.distance, knn.chunk_id
+# A filter allows the chunks of the completed files that match. CROSS JOIN keeps files as the
+# outer loop, so the condition runs once per file, not per chunk. Chunks exist only for
+# completed files (written in the same transaction as the status), so the status test on the
+# hits is a second line of defence.
+_ALLOWED_SQL = """
+    SELECT c.id FROM collection_files AS cf
+    CROSS JOIN chunks AS c ON c.collection_id = cf.collection_id AND c.file_id = cf.file_id
+    WHERE cf.collection_id = ? AND cf.status = 'completed' AND {condition}
 """
 
-# CROSS JOIN keeps files as the outer loop, so the filter runs once per file, not per chunk.
-_RESTRICT_SQL = """
-    AND rowid IN (
-        SELECT c.id FROM collection_files AS cf
-        CROSS JOIN chunks AS c ON c.collection_id = cf.collection_id AND c.file_id = cf.file_id
-        WHERE cf.collection_id = ? AND cf.status = 'completed' AND {condition}
-    )"""
+# The hits' text and source, by chunk id (a JSON array, bound as one parameter).
+_HITS_SQL = """
+SELECT c.id, c.file_id, c.chunk_index, c.text, f.filename, cf.attributes
+FROM chunks AS c
+JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
+JOIN files AS f ON f.id = c.file_id
+WHERE c.id IN (SELECT value FROM json_each(?)) AND cf.status = 'completed'
+"""
 
 
-# chunk id, distance, file id, chunk index, text, filename, attributes JSON
-_HitRow = tuple[int, float, str, int, str, str, str]
+# chunk id, file id, chunk index, text, filename, attributes JSON
+_HitRow = tuple[int, str, int, str, str, str]
 
 
 def score_from_distance(distance: float) -> float:
@@ -78,10 +71,13 @@ def nearest(
     model: str,
     now: int,
     filter: Filter | None = None,
+    index: IndexSettings = DEFAULT_INDEX,
+    exact: bool = False,
 ) -> list[SearchHit]:
     """The k chunks nearest to `query` (1-D), best first, dropping those scoring below the
     threshold. An empty `model` skips the model check. With a filter, only chunks of files
-    whose attributes match compete."""
+    whose attributes match compete. Large collections are searched through their coarse
+    index unless `exact` (vector_index.py)."""
     if not 1 <= k <= MAX_K:
         raise InvalidArgument(f"k must be 1..{MAX_K}, got {k}")
     if not (math.isfinite(score_threshold) and 0.0 <= score_threshold <= 1.0):
@@ -94,20 +90,30 @@ def nearest(
     with atomic(conn, write=False):
         key, collection = lookup(conn, collection_id)
         check_compatible(collection, model, int(query.shape[0]), query=True)
-        params: list[object] = [to_bytes(query), k]
-        restrict = ""
+        allowed = None
         if filter is not None:
-            restrict = _RESTRICT_SQL.format(condition=condition)
-            params += [key, *condition_params]
-        sql = _SEARCH_SQL.format(table=vec_table(key), restrict=restrict)
-        rows = conn.execute(sql, params).fetchall()
+            allowed = (_ALLOWED_SQL.format(condition=condition), [key, *condition_params])
+        ranked = vector_index.nearest_ids(
+            conn,
+            key,
+            to_bytes(query),
+            k,
+            rows=collection.chunk_count,
+            index=collection.vector_index,
+            settings=index,
+            allowed=allowed,
+            exact=exact,
+        )
+        ids = json.dumps([chunk_key for chunk_key, _ in ranked])
+        rows = cast(list[_HitRow], conn.execute(_HITS_SQL, (ids,)).fetchall())
+    details = {row[0]: row for row in rows}
 
     hits = []
-    for row in rows:
-        chunk_key, distance, file_id, chunk_index, text, filename, attributes = cast(_HitRow, row)
+    for chunk_key, distance in ranked:
         score = score_from_distance(distance)
-        if score < score_threshold:
+        if score < score_threshold or chunk_key not in details:
             continue
+        _, file_id, chunk_index, text, filename, attributes = details[chunk_key]
         hits.append(
             SearchHit(
                 chunk_id=chunk_public_id(chunk_key),

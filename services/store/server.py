@@ -6,6 +6,7 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
+import apsw
 import grpc
 
 from services.common.config import ConfigError
@@ -22,8 +23,13 @@ from services.store.errors import DatabaseTooNew
 from services.store.operations import OperationsSettings
 from services.store.repository import Repository
 from services.store.servicer import StoreServicer
+from services.store.vector_index import IndexSettings
 
 log = logging.getLogger(__name__)
+
+# Seconds between index build steps while a build runs, and between checks when none does.
+_BUILD_PAUSE = 0.05
+_BUILD_IDLE = 2.0
 
 SERVICE_NAME: str = store_pb2.DESCRIPTOR.services_by_name["Store"].full_name
 
@@ -44,6 +50,7 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
             cache_max_entries=config.cache_max_entries,
             audit_retention_days=config.audit_retention_days,
         ),
+        index=IndexSettings(coarse=config.coarse_index, min_rows=config.coarse_min_rows),
     )
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="store-db")
     server = grpc.aio.server(options=SERVER_OPTIONS)
@@ -64,7 +71,31 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
         raise
     log.info("database %s at schema version %d", repository.path, version)
     await set_serving(health, [SERVICE_NAME], True)
+    builder = asyncio.create_task(_build_indexes(server, repository, executor))
+    _releasers.add(builder)
+    builder.add_done_callback(_releasers.discard)
     return server, port
+
+
+async def _build_indexes(
+    server: grpc.aio.Server, repository: Repository, executor: ThreadPoolExecutor
+) -> None:
+    """Keeps coarse index builds moving in the background: short steps on a worker thread,
+    with pauses so RPCs keep most of the threads and the write lock."""
+    loop = asyncio.get_running_loop()
+    terminated = asyncio.ensure_future(server.wait_for_termination())
+    try:
+        while not terminated.done():
+            try:
+                busy = await loop.run_in_executor(executor, repository.build_indexes)
+            except RuntimeError:
+                return  # the executor or the database closed under us: shutting down
+            except apsw.Error:
+                log.exception("coarse index build step failed; retrying later")
+                busy = False
+            await asyncio.wait({terminated}, timeout=_BUILD_PAUSE if busy else _BUILD_IDLE)
+    finally:
+        terminated.cancel()
 
 
 async def _release_when_terminated(

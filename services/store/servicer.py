@@ -212,6 +212,7 @@ class StoreServicer(store_pb2_grpc.StoreServicer):
                 filter=filter_from_message(request.filter) if request.HasField("filter") else None,
                 mode=mode,
                 query_text=request.query_text,
+                exact=request.exact,
             )
             return pb.SearchResponse(hits=[hit_message(hit) for hit in hits], mode=mode)
 

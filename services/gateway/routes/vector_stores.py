@@ -196,6 +196,9 @@ async def search(request: Request) -> JSONResponse:
         )
     if not isinstance(body.get("rewrite_query", False), bool):
         raise invalid("'rewrite_query' must be a boolean", param="rewrite_query")
+    exact = body.get("exact", False)
+    if not isinstance(exact, bool):
+        raise invalid("'exact' must be a boolean", param="exact")
     filters = parse_filter(body["filters"]) if body.get("filters") is not None else None
     mode, model_name, vectors = requested, "", None
     # Lexical search never needs the embedder; the others fall back to it when it is down.
@@ -214,6 +217,7 @@ async def search(request: Request) -> JSONResponse:
             score_threshold=threshold,
             mode=mode,
             query_text=query,
+            exact=exact,
         )
         if vectors is not None:
             request_message.query_vector = to_bytes(vectors[index])

@@ -1,0 +1,417 @@
+"""A collection's vectors and the two ways to search them: exact and coarse + rescore.
+
+Tables per collection (key = collections.id, rowid = chunks.id everywhere):
+
+- vec_<key>: vec0 float[D] distance_metric=cosine, always there. sqlite-vec 0.1.9 searches it
+  by brute force (~80 ms at 100k x 384 here): the exact path.
+- vecf_<key>: the same float32 blobs in a plain rowid table. Rescoring and selective filters
+  fetch vectors by rowid, which costs ~2 us from a B-tree against ~90 us from vec0.
+- vecq_<key>: vec0 bit[D] with `part = rowid % PARTITIONS` as partition key: one sign bit per
+  dimension (vec_quantize_binary), 48 bytes a row at D=384, 1/32 of the floats.
+
+Why partitions: sqlite-vec selects a KNN's top k in each 1024-slot chunk with a pass costing
+O(k * chunk size), so one bit KNN for 640 candidates over 100k rows costs as much as the float
+scan it should replace. Asking each of 64 rowid-modulo partitions for its ceil(1.5 * C / 64)
+nearest divides that by ~40, and the union still holds the global hamming top C with high
+probability. Rowid partitions need no training or rebalancing. The research behind these
+numbers (recall@10 0.9955 at 10 ms p50 on 100k real MiniLM vectors) is in
+docs/design/coarse-index/.
+
+The coarse tables cost ~1.6 KiB a row and pay off only on large collections, so a collection
+starts `exact` and a background builder (`build_step`) creates and fills them once it reaches
+`min_rows`; meanwhile (`building`) writers keep both copies and searches stay exact. `coarse`
+means the coarse tables hold exactly the rows of vec_<key>.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import apsw
+
+from services.store.db import atomic
+
+# collections.vector_index
+EXACT, BUILDING, COARSE = "exact", "building", "coarse"
+KINDS = (EXACT, BUILDING, COARSE)
+
+# sqlite-vec's limit on k in a KNN query.
+MAX_K = 4096
+# Part of the coarse table's layout (rows are stored under rowid % PARTITIONS): fixed.
+PARTITIONS = 64
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    # Off: every collection stays exact and no coarse table is built.
+    coarse: bool = True
+    # A collection gets a coarse index at this many vectors. Below it the exact scan costs
+    # at most ~13 ms (0.8 ms per 1k rows here).
+    min_rows: int = 16_384
+    # Coarse candidates C = max(min_candidates, k * oversample): 640 rows rescored for k = 10.
+    # Below small_rows the floor is small_min_candidates: on 20k real vectors of one corpus
+    # section recall@10 was 0.981 at C = 400 and 0.994 at 800 (9 ms, the scan 14 ms), while at
+    # 100k C = 400 gives 0.995 at ~10 ms and 800 costs ~19 ms.
+    oversample: int = 40
+    min_candidates: int = 400
+    small_rows: int = 65_536
+    small_min_candidates: int = 800
+    # Beyond this many candidates (k > 51) the coarse path stops paying off: search exactly.
+    max_candidates: int = 2048
+    # Each partition returns ceil(slack * C / PARTITIONS) rows (at least k): absorbs the
+    # uneven spread of the global top C over the partitions.
+    slack: float = 1.5
+    # A filter matching a fraction f of the rows is post-filtered from a pool of C / f coarse
+    # candidates when that pool is at most max_pool (f >= 10% at C = 400); otherwise a filter
+    # matching at most exact_ids_max rows is searched exactly over its rows (~3 us a match),
+    # and a larger one pre-filters each partition's KNN by its matching rowids.
+    max_pool: int = 4000
+    exact_ids_max: int = 10_000
+    # Rows copied per builder transaction: short enough that writers barely wait.
+    build_batch: int = 2000
+
+
+def vec_table(key: int) -> str:
+    """The vec0 table of a collection, named from its integer key only (never from input)."""
+    if not isinstance(key, int) or isinstance(key, bool) or key <= 0:
+        raise ValueError(f"collection key must be a positive integer, got {key!r}")
+    return f"vec_{key:d}"
+
+
+def float_table(key: int) -> str:
+    return "vecf_" + vec_table(key)[4:]
+
+
+def coarse_table(key: int) -> str:
+    return "vecq_" + vec_table(key)[4:]
+
+
+# ------------------------------------------------------------------------------------ writes
+
+
+def create_tables(conn: apsw.Connection, key: int, dimensions: int) -> None:
+    """DDL for a new collection, inside the caller's transaction. It starts exact."""
+    conn.execute(
+        f"CREATE VIRTUAL TABLE {vec_table(key)} "
+        f"USING vec0(embedding float[{dimensions:d}] distance_metric=cosine)"
+    )
+
+
+def drop_tables(conn: apsw.Connection, key: int) -> None:
+    conn.execute(f"DROP TABLE {vec_table(key)}")
+    conn.execute(f"DROP TABLE IF EXISTS {coarse_table(key)}")
+    conn.execute(f"DROP TABLE IF EXISTS {float_table(key)}")
+
+
+def kind(conn: apsw.Connection, key: int) -> str:
+    row = conn.execute("SELECT vector_index FROM collections WHERE id = ?", (key,)).fetchone()
+    if row is None:
+        raise RuntimeError(f"collection key {key} vanished inside a transaction")
+    return cast(str, row[0])
+
+
+def insert(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, bytes]]) -> None:
+    """Writes (chunk id, float32 blob) pairs to every table the collection has (in the
+    caller's transaction)."""
+    conn.executemany(f"INSERT INTO {vec_table(key)} (rowid, embedding) VALUES (?, ?)", rows)
+    if kind(conn, key) != EXACT:
+        _insert_coarse(conn, key, rows)
+
+
+def _insert_coarse(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, bytes]]) -> None:
+    conn.executemany(f"INSERT INTO {float_table(key)} (id, embedding) VALUES (?, ?)", rows)
+    conn.executemany(
+        f"INSERT INTO {coarse_table(key)} (rowid, part, embedding)"
+        f" VALUES (?1, ?1 % {PARTITIONS:d}, vec_quantize_binary(?2))",
+        rows,
+    )
+
+
+def delete(conn: apsw.Connection, key: int, ids: Sequence[int]) -> None:
+    params = [(i,) for i in ids]
+    conn.executemany(f"DELETE FROM {vec_table(key)} WHERE rowid = ?", params)
+    if kind(conn, key) != EXACT:
+        conn.executemany(f"DELETE FROM {float_table(key)} WHERE id = ?", params)
+        conn.executemany(f"DELETE FROM {coarse_table(key)} WHERE rowid = ?", params)
+
+
+def repack_coarse(conn: apsw.Connection, key: int) -> bool:
+    """Rebuilds the bit table from the float copy when deletions left it more chunks than its
+    rows need (sqlite-vec 0.1 frees a chunk only once all its slots are deleted, and each
+    partition has its own chunks). Inside the caller's transaction; True if it rebuilt."""
+    if kind(conn, key) == EXACT:
+        return False
+    try:
+        found = conn.execute(
+            f"SELECT count(*), coalesce(max(size), 0) FROM {coarse_table(key)}_chunks"
+        ).fetchone()
+    except apsw.SQLError:
+        return False  # not sqlite-vec 0.1's layout: leave it
+    chunks, per_chunk = (cast(int, found[0]), cast(int, found[1])) if found else (0, 0)
+    if per_chunk <= 0:
+        return False
+    needed = conn.execute(
+        f"SELECT coalesce(sum((n + ? - 1) / ?), 0) FROM"
+        f" (SELECT count(*) AS n FROM {float_table(key)} GROUP BY id % {PARTITIONS:d})",
+        (per_chunk, per_chunk),
+    ).fetchone()
+    if needed is None or chunks <= cast(int, needed[0]):
+        return False
+    conn.execute(f"DELETE FROM {coarse_table(key)}")
+    conn.execute(
+        f"INSERT INTO {coarse_table(key)} (rowid, part, embedding)"
+        f" SELECT id, id % {PARTITIONS:d}, vec_quantize_binary(embedding)"
+        f" FROM {float_table(key)} ORDER BY id"
+    )
+    return True
+
+
+# ------------------------------------------------------------------------------------ builds
+
+
+def pending_builds(conn: apsw.Connection, settings: IndexSettings) -> list[int]:
+    """Collections whose coarse index should be built or finished, smallest key first."""
+    if not settings.coarse:
+        return []
+    rows = conn.execute(
+        "SELECT id FROM collections WHERE vector_index = ?"
+        " OR (vector_index = ? AND chunk_count >= ? AND dimensions % 8 = 0) ORDER BY id",
+        (BUILDING, EXACT, settings.min_rows),
+    ).fetchall()
+    return [cast(int, row[0]) for row in rows]
+
+
+def build_step(conn: apsw.Connection, key: int, after: int, settings: IndexSettings) -> int | None:
+    """One bounded transaction of a coarse index build: creates the tables if needed, then
+    copies up to build_batch vectors with rowid > `after` that the coarse tables lack.
+
+    Returns the last rowid copied (pass it back as `after`), or None when the build is
+    finished (the collection is then `coarse`) or no longer wanted (it was deleted). Rows
+    written meanwhile reach the coarse tables through `insert`, so the copy skips them.
+    """
+    with atomic(conn):
+        row = conn.execute(
+            "SELECT vector_index, dimensions FROM collections WHERE id = ?", (key,)
+        ).fetchone()
+        if row is None or row[0] == COARSE:
+            return None
+        if row[0] == EXACT:
+            _create_coarse(conn, key, cast(int, row[1]))
+            conn.execute("UPDATE collections SET vector_index = ? WHERE id = ?", (BUILDING, key))
+        ids = conn.execute(
+            f"SELECT c.id FROM chunks AS c WHERE c.collection_id = ? AND c.id > ?"
+            f" AND NOT EXISTS (SELECT 1 FROM {float_table(key)} AS f WHERE f.id = c.id)"
+            " ORDER BY c.id LIMIT ?",
+            (key, after, settings.build_batch),
+        ).fetchall()
+        if not ids:
+            conn.execute("UPDATE collections SET vector_index = ? WHERE id = ?", (COARSE, key))
+            return None
+        # vec0 serves a rowid only as a point lookup; the batch bounds their count.
+        lookup = f"SELECT embedding FROM {vec_table(key)} WHERE rowid = ?"
+        rows = []
+        for (chunk_id,) in ids:
+            found = conn.execute(lookup, (chunk_id,)).fetchone()
+            if found is not None:
+                rows.append((cast(int, chunk_id), cast(bytes, found[0])))
+        _insert_coarse(conn, key, rows)
+        return cast(int, ids[-1][0])
+
+
+def _create_coarse(conn: apsw.Connection, key: int, dimensions: int) -> None:
+    conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {float_table(key)}"
+        " (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL) STRICT"
+    )
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {coarse_table(key)} "
+        f"USING vec0(part integer partition key, embedding bit[{dimensions:d}])"
+    )
+
+
+def build(conn: apsw.Connection, key: int, settings: IndexSettings) -> None:
+    """Runs a build to the end (tests and tools; the store's builder interleaves steps)."""
+    after = 0
+    while (step := build_step(conn, key, after, settings)) is not None:
+        after = step
+
+
+# ------------------------------------------------------------------------------------ search
+#
+# A filter arrives as SQL yielding the allowed rowids (one column) with positional `?`
+# parameters. Every statement below puts the filter first, so binding follows textual order.
+
+Hits = list[tuple[int, float]]
+Allowed = tuple[str, Sequence[object]]
+
+
+def nearest_ids(
+    conn: apsw.Connection,
+    key: int,
+    query: bytes,
+    k: int,
+    *,
+    rows: int,
+    index: str,
+    settings: IndexSettings,
+    allowed: Allowed | None = None,
+    exact: bool = False,
+) -> Hits:
+    """The k rowids nearest to `query` (float32 blob) by cosine distance, as (rowid, distance)
+    ordered by (distance, rowid). Call it inside one read transaction.
+
+    `rows` is the collection's vector count, `index` its vector_index. Filtering is always
+    exact: rows outside `allowed` never appear and rows inside it are never lost to a
+    post-filter. Ranking is exact on the exact paths (`exact=True` forces them) and
+    approximate on the coarse path.
+    """
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be 1..{MAX_K}, got {k}")
+    floor = (
+        settings.min_candidates if rows >= settings.small_rows else settings.small_min_candidates
+    )
+    candidates = max(floor, k * settings.oversample)
+    coarse = (
+        not exact
+        and settings.coarse
+        and index == COARSE
+        and rows >= settings.min_rows
+        and candidates <= settings.max_candidates
+    )
+    if allowed is None:
+        if not coarse:
+            return _exact(conn, key, query, k, None)
+        return _coarse_rescored(conn, key, query, k, candidates, None, settings)
+    if index == EXACT:
+        return _exact(conn, key, query, k, allowed)
+    # One evaluation of the filter to learn its selectivity (a few ms at 100k chunks).
+    found = conn.execute(f"SELECT count(*) FROM ({allowed[0]})", list(allowed[1])).fetchone()
+    matches = cast(int, found[0]) if found is not None else 0
+    if matches == 0:
+        return []
+    if coarse:
+        pool = math.ceil(candidates * rows / matches)
+        if pool <= settings.max_pool:
+            hits, survivors = _coarse_postfiltered(conn, key, query, k, pool, allowed, settings)
+            # Fewer survivors than C: the filter avoids this query's neighbourhood, so the
+            # candidate set would be smaller than the unfiltered search's; do not trust it.
+            if survivors >= candidates:
+                return hits
+        if matches > settings.exact_ids_max:
+            return _coarse_rescored(conn, key, query, k, candidates, allowed, settings)
+    if matches <= settings.exact_ids_max:
+        # The float copy exists (the index is building or built): the cost follows the
+        # matches, not the collection.
+        return _exact_over_ids(conn, key, query, k, allowed)
+    return _exact(conn, key, query, k, allowed)
+
+
+def _hits(rows: Sequence[Sequence[object]]) -> Hits:
+    return [(cast(int, row[0]), cast(float, row[1])) for row in rows]
+
+
+def _exact(conn: apsw.Connection, key: int, query: bytes, k: int, allowed: Allowed | None) -> Hits:
+    """sqlite-vec's brute-force float KNN; a filter restricts the scan with `rowid IN`."""
+    if allowed is None:
+        sql = f"SELECT rowid, distance FROM {vec_table(key)} WHERE embedding MATCH ? AND k = ?"
+        params: list[object] = [query, k]
+    else:
+        sql = (
+            f"WITH allowed(id) AS MATERIALIZED ({allowed[0]})"
+            f" SELECT rowid, distance FROM {vec_table(key)}"
+            " WHERE embedding MATCH ? AND k = ? AND rowid IN (SELECT id FROM allowed)"
+        )
+        params = [*allowed[1], query, k]
+    found = conn.execute(sql, params).fetchall()
+    return sorted(_hits(found), key=lambda hit: (hit[1], hit[0]))
+
+
+def _exact_over_ids(
+    conn: apsw.Connection, key: int, query: bytes, k: int, allowed: Allowed
+) -> Hits:
+    sql = f"""
+    WITH allowed(id) AS MATERIALIZED ({allowed[0]})
+    SELECT v.id, vec_distance_cosine(v.embedding, ?) AS d
+    FROM allowed JOIN {float_table(key)} AS v ON v.id = allowed.id
+    ORDER BY d, v.id LIMIT ?
+    """
+    return _hits(conn.execute(sql, [*allowed[1], query, k]).fetchall())
+
+
+def _coarse_rescored(
+    conn: apsw.Connection,
+    key: int,
+    query: bytes,
+    k: int,
+    candidates: int,
+    allowed: Allowed | None,
+    settings: IndexSettings,
+) -> Hits:
+    """Hamming KNN in every partition (pre-filtered), then exact cosine over the union."""
+    per_part = max(k, math.ceil(settings.slack * candidates / PARTITIONS))
+    # Each partition gets only its own matching rowids: sqlite-vec copies and sorts the IN
+    # list per KNN, so one shared list would be copied PARTITIONS times.
+    restrict = " AND rowid IN (SELECT id FROM allowed WHERE part = ?)" if allowed else ""
+    arm = (
+        f"SELECT * FROM (SELECT rowid AS id FROM {coarse_table(key)}"
+        f" WHERE embedding MATCH vec_quantize_binary(?) AND k = ? AND part = ?{restrict})"
+    )
+    params: list[object] = list(allowed[1]) if allowed else []
+    for part in range(PARTITIONS):
+        params += [query, per_part, part] + ([part] if allowed else [])
+    params += [query, k]
+    prefix = (
+        f"allowed(id, part) AS MATERIALIZED (SELECT id, id % {PARTITIONS:d} FROM ({allowed[0]})), "
+        if allowed
+        else ""
+    )
+    sql = f"""
+    WITH {prefix}cand(id) AS MATERIALIZED ({" UNION ALL ".join([arm] * PARTITIONS)})
+    SELECT v.id, vec_distance_cosine(v.embedding, ?) AS d
+    FROM cand JOIN {float_table(key)} AS v ON v.id = cand.id
+    ORDER BY d, v.id LIMIT ?
+    """
+    return _hits(conn.execute(sql, params).fetchall())
+
+
+def _coarse_postfiltered(
+    conn: apsw.Connection,
+    key: int,
+    query: bytes,
+    k: int,
+    pool: int,
+    allowed: Allowed,
+    settings: IndexSettings,
+) -> tuple[Hits, int]:
+    """Unfiltered partitioned hamming KNN for `pool` candidates, the filter tested on each
+    (SQLite pushes `a.id = cand.id` into the filter subquery: a primary-key lookup, not a
+    scan of the matches), exact cosine over the survivors. Returns the hits and how many
+    candidates survived.
+
+    The survivors are the allowed rows within the pool's hamming radius, i.e. what a
+    pre-filtered coarse KNN of that size yields, so with enough of them the recall is that of
+    the unfiltered search."""
+    per_part = max(k, math.ceil(settings.slack * pool / PARTITIONS))
+    arm = (
+        f"SELECT * FROM (SELECT rowid AS id FROM {coarse_table(key)}"
+        " WHERE embedding MATCH vec_quantize_binary(?) AND k = ? AND part = ?)"
+    )
+    params: list[object] = []
+    for part in range(PARTITIONS):
+        params += [query, per_part, part]
+    params += [*allowed[1], query, k]
+    sql = f"""
+    WITH cand(id) AS MATERIALIZED ({" UNION ALL ".join([arm] * PARTITIONS)}),
+    surv(id) AS MATERIALIZED (
+        SELECT id FROM cand WHERE EXISTS (SELECT 1 FROM ({allowed[0]}) AS a WHERE a.id = cand.id)
+    )
+    SELECT v.id, vec_distance_cosine(v.embedding, ?) AS d, (SELECT count(*) FROM surv)
+    FROM surv JOIN {float_table(key)} AS v ON v.id = surv.id
+    ORDER BY d, v.id LIMIT ?
+    """
+    found = conn.execute(sql, params).fetchall()
+    survivors = cast(int, found[0][2]) if found else 0
+    return _hits(found), survivors
