@@ -85,6 +85,7 @@ def test_store_killed_at_random_points_of_an_ingest(own_stack: Stack) -> None:
             for name in ("crash", "crash-copy")
         ]
         for round_number in range(KILLS):
+            done_before = sum(completed(client, store_id) for store_id in stores)
             file_ids = [
                 client.post(
                     "/v1/files",
@@ -98,7 +99,14 @@ def test_store_killed_at_random_points_of_an_ingest(own_stack: Stack) -> None:
                     f"/v1/vector_stores/{store_id}/file_batches", json={"file_ids": file_ids}
                 )
                 assert reply.status_code == 200, reply.text
-            time.sleep(rng.uniform(0.05, 2.0))
+            # Kill after a random number of this round's files completed (0..all but one),
+            # plus a random moment: a fixed delay would land after the ingest on a fast machine.
+            kill_after = done_before + rng.randrange(2 * FILES_PER_ROUND)
+            wait_until = time.monotonic() + 60
+            while sum(completed(client, store_id) for store_id in stores) < kill_after:
+                assert time.monotonic() < wait_until, "ingest stalled before the kill point"
+                time.sleep(0.01)
+            time.sleep(rng.uniform(0.0, 0.1))
             own_stack.children["store"].kill()
             runs += 1
             context = f"kill {round_number + 1} (RAGD_TEST_SEED={SEED})"
@@ -117,6 +125,12 @@ def test_store_killed_at_random_points_of_an_ingest(own_stack: Stack) -> None:
         deadline = time.monotonic() + 120 + 10 * KILLS
         while any(completed(client, store_id) < expected for store_id in stores):
             assert time.monotonic() < deadline, [completed(client, s) for s in stores]
+            time.sleep(0.2)
+        # The coarse indexes, whose builds the kills interrupted too, end complete.
+        while any(
+            client.get(f"/v1/vector_stores/{s}").json()["vector_index"] != "coarse" for s in stores
+        ):
+            assert time.monotonic() < deadline, "coarse index builds did not finish"
             time.sleep(0.2)
         hits = client.post(
             f"/v1/vector_stores/{stores[0]}/search", json={"query": "which bin is the item in?"}
