@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from services.launcher import Stack
@@ -54,3 +56,12 @@ def started_stack(tmp: Path, embedders: int = 1, **overrides: str) -> Iterator[S
         yield stack
     finally:
         stack.stop()
+
+
+def wait_ready(client: httpx.Client, timeout: float = 30.0) -> None:
+    """Waits for the gateway's /ready: it reconnects to a restarted service within its
+    reconnect backoff."""
+    deadline = time.monotonic() + timeout
+    while client.get("/ready").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/ready").text
+        time.sleep(0.1)

@@ -9,18 +9,10 @@ import httpx
 import pytest
 
 from services.launcher import Stack
-from tests.harness import started_stack
+from tests.harness import started_stack, wait_ready
 
 KEY = "test-key-123"
 UPLOAD_LIMIT = 100_000
-
-
-def wait_ready(client: httpx.Client, timeout: float = 15.0) -> None:
-    """The gateway reconnects to a restarted service within its reconnect backoff."""
-    deadline = time.monotonic() + timeout
-    while client.get("/ready").status_code != 200:
-        assert time.monotonic() < deadline, client.get("/ready").text
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

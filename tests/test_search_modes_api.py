@@ -12,8 +12,7 @@ import pytest
 from openai import OpenAI
 
 from services.launcher import Stack
-from tests.harness import started_stack
-from tests.test_gateway_failures import wait_ready
+from tests.harness import started_stack, wait_ready
 
 # Runbook entries that differ only in an error code and its cause, with a long shared body:
 # the codes are what tells them apart, and an embedding of a bare code is a weak signal.

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from services.launcher import Stack
-from tests.harness import started_stack
+from tests.harness import started_stack, wait_ready
 from tests.store_fixtures import check_invariants
 from tests.test_ingest_durability import open_readonly, scalar
 
@@ -48,13 +48,6 @@ def document(round_number: int, index: int, rng: random.Random) -> str:
         for n in range(rng.randrange(12, 48))
     ]
     return "\n\n".join(" ".join(sentences[i : i + 4]) for i in range(0, len(sentences), 4))
-
-
-def wait_ready(client: httpx.Client, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while client.get("/ready").status_code != 200:
-        assert time.monotonic() < deadline, client.get("/ready").text
-        time.sleep(0.1)
 
 
 def check_database(path: Path, context: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import apsw
 
 from services.store import vector_index
-from services.store.db import atomic
+from services.store.db import atomic, try_write
 from services.store.errors import CollectionNotFound, InvalidArgument
 from services.store.records import Collection, FileCounts, Page
 
@@ -81,6 +81,23 @@ def lookup(conn: apsw.Connection, collection_id: str) -> tuple[int, Collection]:
     if row is None:
         raise CollectionNotFound(collection_id)
     return _to_collection(row)
+
+
+def touch(conn: apsw.Connection, key: int, collection: Collection, now: int) -> None:
+    """Records a search's use of the collection (for expiry by last_active_at).
+
+    At most one write per collection per second, however many searches arrive, and only when
+    the write lock is free: a search never waits behind an ingest's commit (a skipped touch
+    is retried by the next search; expiry counts in days).
+    """
+    if collection.last_active_at < now:
+        try_write(
+            conn,
+            lambda c: c.execute(
+                "UPDATE collections SET last_active_at = ? WHERE id = ? AND last_active_at < ?",
+                (now, key, now),
+            ),
+        )
 
 
 def lookup_key(conn: apsw.Connection, key: int) -> Collection:

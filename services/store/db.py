@@ -12,6 +12,7 @@ import sqlite_vec
 
 BUSY_TIMEOUT_MS = 5000
 MMAP_BYTES = 1 << 30
+WAL_LIMIT_BYTES = 64 << 20
 
 
 def open_database(path: str | Path) -> apsw.Connection:
@@ -34,6 +35,9 @@ def open_database(path: str | Path) -> apsw.Connection:
         # (sqlite-vec's exhaustive KNN at 100k x 384 went from ~95 to ~50 ms). Address space
         # only: pages are shared with the OS cache, not counted twice.
         conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES:d}")
+        # A WAL is reused, never shrunk, after a checkpoint: without a limit one bulk load
+        # (or a long build) would leave it at its peak size for good.
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES:d}")
     except BaseException:
         conn.close()
         raise

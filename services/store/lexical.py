@@ -14,8 +14,9 @@ from typing import cast
 
 import apsw
 
+from services.store import catalog
 from services.store.catalog import lookup
-from services.store.db import atomic, try_write
+from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.filters import Filter, compile_filter
 from services.store.records import SearchHit
@@ -130,14 +131,6 @@ def matches(
                 attributes=json.loads(attributes),
             )
         )
-    if touch and collection.last_active_at < now:
-        # As in the vector search: at most one write per collection per second, and only when
-        # the write lock is free, so a search never waits behind an ingest's commit.
-        try_write(
-            conn,
-            lambda c: c.execute(
-                "UPDATE collections SET last_active_at = ? WHERE id = ? AND last_active_at < ?",
-                (now, key, now),
-            ),
-        )
+    if touch:
+        catalog.touch(conn, key, collection, now)
     return hits

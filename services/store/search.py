@@ -9,10 +9,10 @@ from typing import cast
 import apsw
 
 from services.common.vectors import FloatMatrix, to_bytes
-from services.store import vector_index
+from services.store import catalog, vector_index
 from services.store.catalog import lookup
 from services.store.compat import check_compatible, check_vectors
-from services.store.db import atomic, try_write
+from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.filters import Filter, compile_filter
 from services.store.records import SearchHit
@@ -125,15 +125,5 @@ def nearest(
                 attributes=json.loads(attributes),
             )
         )
-    if collection.last_active_at < now:
-        # At most one write per collection per second, however many searches arrive, and
-        # only when the write lock is free: a search never waits behind an ingest's commit
-        # (a skipped touch is retried by the next search; expiry counts in days).
-        try_write(
-            conn,
-            lambda c: c.execute(
-                "UPDATE collections SET last_active_at = ? WHERE id = ? AND last_active_at < ?",
-                (now, key, now),
-            ),
-        )
+    catalog.touch(conn, key, collection, now)
     return hits
