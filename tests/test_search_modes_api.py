@@ -3,6 +3,8 @@ rankings with the real model, and the lexical fallback while the embedder is sto
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -52,7 +54,9 @@ def team(filename: str) -> str:
 @pytest.fixture(scope="module")
 def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # Every store gets a coarse index: these tests then hold for the coarse path too.
-    yield from started_stack(tmp_path_factory.mktemp("modes"), RAGD_COARSE_MIN_ROWS="1")
+    yield from started_stack(
+        tmp_path_factory.mktemp("modes"), RAGD_COARSE_MIN_ROWS="1", RAGD_SEARCH_EMBED_TIMEOUT="2"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -242,4 +246,26 @@ def test_search_falls_back_to_lexical_while_the_embedder_is_stopped(
     wait_ready(client)
     response = search(client, store_id, query="E7783")
     assert response.status_code == 200 and "X-Ragd-Degraded" not in response.headers
+    assert (response.json()["mode"], response.json()["degraded"]) == ("vector", False)
+
+
+def test_a_hung_embedder_costs_a_search_only_the_search_embed_timeout(
+    own_stack: Stack, client: httpx.Client, store_id: str
+) -> None:
+    """SIGSTOP keeps the embedder's connections open while it answers nothing: only the
+    deadline of the query's embedding (RAGD_SEARCH_EMBED_TIMEOUT, 2 s here) ends the wait."""
+    embedder = own_stack.children["embedder"]
+    os.kill(embedder.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        response = search(client, store_id, query="what about E7783?")
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(embedder.pid, signal.SIGCONT)
+    assert response.status_code == 200, response.text
+    assert (response.json()["mode"], response.json()["degraded"]) == ("lexical", True)
+    assert response.json()["data"][0]["filename"] == "E7783.txt"
+    assert 2 <= elapsed < 8, elapsed
+    wait_ready(client)
+    response = search(client, store_id, query="E7783")
     assert (response.json()["mode"], response.json()["degraded"]) == ("vector", False)

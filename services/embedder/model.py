@@ -10,16 +10,29 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+# ggml's OpenMP threads spin at each of a forward pass's hundreds of barriers unless told
+# otherwise, holding a core that the store, the gateway or another replica needs: one-text
+# requests ran ~10x slower on a contended host. Passive waiting cost ~20% on one-text requests
+# on an idle host and sped up batches (BENCHMARKS.md). libgomp reads this when it loads, i.e.
+# at the llama_cpp import below; an operator's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import llama_cpp
 import numpy as np
 
 from services.common.vectors import FloatMatrix
-from services.embedder.errors import EmptyInput, InputTooLong, InvalidInput, ModelLoadError
+from services.embedder.errors import (
+    EmptyInput,
+    InputTooLong,
+    InvalidInput,
+    ModelLoadError,
+)
 
 log = logging.getLogger(__name__)
 

@@ -139,10 +139,12 @@ class EmbedderClient:
         self._timeout = timeout
         self._info: ModelInfo | None = None
 
-    async def info(self, refresh: bool = False) -> ModelInfo:
+    async def info(self, refresh: bool = False, timeout: float | None = None) -> ModelInfo:
         if self._info is None or refresh:
             try:
-                reply = await self._stub.Info(embedder_pb2.InfoRequest(), timeout=self._timeout)
+                reply = await self._stub.Info(
+                    embedder_pb2.InfoRequest(), timeout=timeout or self._timeout
+                )
             except grpc.aio.AioRpcError as error:
                 raise from_grpc(error, "embedder") from None
             self._info = ModelInfo(
@@ -155,7 +157,10 @@ class EmbedderClient:
             )
         return self._info
 
-    async def embed(self, texts: Sequence[str], truncate: bool | None = None) -> Embedded:
+    async def embed(
+        self, texts: Sequence[str], truncate: bool | None = None, timeout: float | None = None
+    ) -> Embedded:
+        """`timeout` overrides the client's deadline for this call."""
         policy = embedder_pb2.TRUNCATE_POLICY_UNSPECIFIED
         if truncate is not None:
             policy = (
@@ -167,18 +172,18 @@ class EmbedderClient:
             texts=[_utf8(text, index) for index, text in enumerate(texts)], truncate=policy
         )
         try:
-            reply = await self._stub.Embed(request, timeout=self._timeout)
+            reply = await self._stub.Embed(request, timeout=timeout or self._timeout)
         except grpc.aio.AioRpcError as error:
             if _reason(error) == _INPUT_TOO_LONG:
                 raise ApiError(
                     400, error.details() or "", param="input", code="context_length_exceeded"
                 ) from None
             raise from_grpc(error, "embedder") from None
-        info = await self.info()
+        info = await self.info(timeout=timeout)
         if (reply.model, reply.dimensions) != (info.name, info.dimensions):
             # Every replica must serve one model: vectors of two models mixed in a collection
             # are silently wrong. Info is re-read once, in case all replicas were replaced.
-            info = await self.info(refresh=True)
+            info = await self.info(refresh=True, timeout=timeout)
             if (reply.model, reply.dimensions) != (info.name, info.dimensions):
                 raise ApiError(
                     502,

@@ -20,6 +20,9 @@ class GatewayConfig:
     # Per-call gRPC deadlines, seconds.
     embed_timeout: float = 60.0
     store_timeout: float = 30.0
+    # A search's query embedding: a hung embedder costs a search this long before it falls
+    # back to lexical (a query normally embeds in ~15 ms, a few passes under ingest load).
+    search_embed_timeout: float = 10.0
     max_upload_bytes: int = 32 * 1024 * 1024
     # Texts per Embed call when ingesting.
     embed_batch_size: int = 32
@@ -49,6 +52,7 @@ class GatewayConfig:
             api_keys=tuple(env.list("API_KEYS")),
             embed_timeout=env.float("EMBED_TIMEOUT", cls.embed_timeout),
             store_timeout=env.float("STORE_TIMEOUT", cls.store_timeout),
+            search_embed_timeout=env.float("SEARCH_EMBED_TIMEOUT", cls.search_embed_timeout),
             max_upload_bytes=env.int("MAX_UPLOAD_BYTES", cls.max_upload_bytes, minimum=1),
             embed_batch_size=env.int("EMBED_BATCH_SIZE", cls.embed_batch_size, minimum=1),
             ingest_workers=env.int("INGEST_WORKERS", cls.ingest_workers, minimum=0),
@@ -61,6 +65,9 @@ class GatewayConfig:
             log_level=env.str("LOG_LEVEL", cls.log_level),
             embed_cache=env.bool("EMBED_CACHE", cls.embed_cache),
         )
-        if config.embed_timeout <= 0 or config.store_timeout <= 0:
-            raise ConfigError("RAGD_EMBED_TIMEOUT and RAGD_STORE_TIMEOUT must be positive")
+        if min(config.embed_timeout, config.store_timeout, config.search_embed_timeout) <= 0:
+            raise ConfigError(
+                "RAGD_EMBED_TIMEOUT, RAGD_STORE_TIMEOUT and RAGD_SEARCH_EMBED_TIMEOUT must be"
+                " positive"
+            )
         return config

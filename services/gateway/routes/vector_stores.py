@@ -168,9 +168,10 @@ async def _embed_queries(
     # Fail on an unknown store before paying for the embedding.
     await deps.store.call("GetCollection", store_pb2.GetCollectionRequest(id=store_id))
     try:
-        model = await deps.embedder.info()
+        timeout = deps.config.search_embed_timeout
+        model = await deps.embedder.info(timeout=timeout)
         # Queries are short; truncating an over-long one beats refusing to search.
-        embedded = await deps.embedder.embed(queries, truncate=True)
+        embedded = await deps.embedder.embed(queries, truncate=True, timeout=timeout)
     except ApiError as error:
         if error.status not in EMBEDDER_DOWN:
             raise
