@@ -1,0 +1,85 @@
+"""What every store RPC shares: running database work off the event loop, errors to status
+codes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import TypeVar
+
+import apsw
+import grpc
+
+from services.store.errors import (
+    BackupExists,
+    BatchNotFound,
+    CollectionFileNotFound,
+    CollectionNotFound,
+    DimensionMismatch,
+    FileNotFound,
+    InvalidArgument,
+    JobNotFound,
+    LeaseLost,
+    MaintenanceRunning,
+    ModelMismatch,
+    StoreError,
+)
+from services.store.repository import DEFAULT_LIST_LIMIT, Repository
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+BUSY_MESSAGE = "the store's database is busy with other writes; retry shortly"
+
+_STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
+    (CollectionNotFound, grpc.StatusCode.NOT_FOUND),
+    (FileNotFound, grpc.StatusCode.NOT_FOUND),
+    (CollectionFileNotFound, grpc.StatusCode.NOT_FOUND),
+    (BatchNotFound, grpc.StatusCode.NOT_FOUND),
+    (JobNotFound, grpc.StatusCode.NOT_FOUND),
+    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (DimensionMismatch, grpc.StatusCode.FAILED_PRECONDITION),
+    (ModelMismatch, grpc.StatusCode.FAILED_PRECONDITION),
+    (LeaseLost, grpc.StatusCode.FAILED_PRECONDITION),
+    (BackupExists, grpc.StatusCode.ALREADY_EXISTS),
+    (MaintenanceRunning, grpc.StatusCode.ABORTED),
+]
+
+
+def status_for(error: StoreError) -> grpc.StatusCode:
+    for error_type, code in _STATUS:
+        if isinstance(error, error_type):
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def list_args(limit: int, order: str) -> tuple[int, str]:
+    return limit or DEFAULT_LIST_LIMIT, order or "desc"
+
+
+class RpcBase:
+    """Runs each blocking database call on the executor's threads."""
+
+    def __init__(self, repository: Repository, executor: Executor) -> None:
+        self._repository = repository
+        self._executor = executor
+
+    async def _call(self, context: grpc.aio.ServicerContext, work: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, work)
+        except StoreError as error:
+            await context.abort(status_for(error), str(error))
+        except apsw.BusyError:
+            # Another writer held the database past the busy timeout: a retry may well succeed.
+            log.warning("database busy: %s", BUSY_MESSAGE)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, BUSY_MESSAGE)
+        except Exception:
+            log.exception("store request failed")
+            await context.abort(
+                grpc.StatusCode.INTERNAL, "internal error in the store; see the store's log"
+            )
+        raise AssertionError("unreachable: context.abort raises")

@@ -1,0 +1,73 @@
+"""Store RPCs of the ingest job queue: claim, renew, complete, fail."""
+
+from __future__ import annotations
+
+import grpc
+
+from services.pb import store_pb2 as pb
+from services.store.messages import (
+    chunks_from_message,
+    collection_file_message,
+    decode_vectors,
+    job_message,
+)
+from services.store.rpc_base import RpcBase
+
+# A lease long enough for one file's parse, chunk and embed; workers renew it while working.
+DEFAULT_LEASE_SECONDS = 60
+
+
+class JobRpcs(RpcBase):
+    async def ClaimJobs(
+        self, request: pb.ClaimJobsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ClaimJobsResponse:
+        claimed = await self._call(
+            context,
+            lambda: self._repository.claim_jobs(
+                request.worker_id,
+                max_jobs=request.max_jobs or 1,
+                lease_seconds=request.lease_seconds or DEFAULT_LEASE_SECONDS,
+            ),
+        )
+        return pb.ClaimJobsResponse(jobs=[job_message(job) for job in claimed])
+
+    async def RenewJob(
+        self, request: pb.JobRef, context: grpc.aio.ServicerContext
+    ) -> pb.RenewJobResponse:
+        expires = await self._call(
+            context,
+            lambda: self._repository.renew_job(
+                request.job_id,
+                request.worker_id,
+                lease_seconds=request.lease_seconds or DEFAULT_LEASE_SECONDS,
+            ),
+        )
+        return pb.RenewJobResponse(lease_expires_at=expires)
+
+    async def CompleteJob(
+        self, request: pb.CompleteJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionFile:
+        def work() -> pb.CollectionFile:
+            chunks = chunks_from_message(list(request.chunks))
+            vectors = decode_vectors(request.vectors, request.dimensions, len(chunks))
+            record = self._repository.complete_job(
+                request.job_id, request.worker_id, chunks, vectors, request.model
+            )
+            return collection_file_message(record)
+
+        return await self._call(context, work)
+
+    async def FailJob(
+        self, request: pb.FailJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionFile:
+        record = await self._call(
+            context,
+            lambda: self._repository.fail_job(
+                request.job_id,
+                request.worker_id,
+                code=request.error.code,
+                message=request.error.message,
+                retry_after_seconds=request.retry_after_seconds,
+            ),
+        )
+        return collection_file_message(record)

@@ -1,0 +1,105 @@
+"""Store RPCs for operators: embedding cache, audit log, stats, backup, vacuum."""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+
+from services.pb import store_pb2 as pb
+from services.store.operations_messages import (
+    audit_entry_from_message,
+    audit_entry_message,
+    stats_message,
+)
+from services.store.rpc_base import RpcBase
+
+DEFAULT_AUDIT_LIMIT = 100
+
+log = logging.getLogger(__name__)
+
+
+class OperationsRpcs(RpcBase):
+    async def GetCachedEmbeddings(
+        self, request: pb.GetCachedEmbeddingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCachedEmbeddingsResponse:
+        found = await self._call(
+            context,
+            lambda: self._repository.ops.get_cached_embeddings(
+                request.model_key, request.dimensions, list(request.text_sha256)
+            ),
+        )
+        return pb.GetCachedEmbeddingsResponse(
+            found=[vector is not None for vector in found],
+            vectors=b"".join(vector for vector in found if vector is not None),
+        )
+
+    async def PutCachedEmbeddings(
+        self, request: pb.PutCachedEmbeddingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PutCachedEmbeddingsResponse:
+        stored, evicted = await self._call(
+            context,
+            lambda: self._repository.ops.put_cached_embeddings(
+                request.model_key, request.dimensions, list(request.text_sha256), request.vectors
+            ),
+        )
+        return pb.PutCachedEmbeddingsResponse(stored=stored, evicted=evicted)
+
+    async def RecordAudit(
+        self, request: pb.RecordAuditRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordAuditResponse:
+        recorded = await self._call(
+            context,
+            lambda: self._repository.ops.record_audit(
+                [audit_entry_from_message(entry) for entry in request.entries]
+            ),
+        )
+        return pb.RecordAuditResponse(recorded=recorded)
+
+    async def ListAudit(
+        self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListAuditResponse:
+        page = await self._call(
+            context,
+            lambda: self._repository.ops.list_audit(
+                limit=request.limit or DEFAULT_AUDIT_LIMIT,
+                operation=request.operation or None,
+                collection_id=request.collection_id or None,
+                before_id=request.before_id or None,
+            ),
+        )
+        return pb.ListAuditResponse(
+            entries=[audit_entry_message(entry) for entry in page.items], has_more=page.has_more
+        )
+
+    async def GetStats(
+        self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StoreStats:
+        return stats_message(await self._call(context, self._repository.ops.stats))
+
+    async def Backup(
+        self, request: pb.BackupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BackupResponse:
+        result = await self._call(context, lambda: self._repository.ops.backup(request.name))
+        log.info(
+            "backup written to %s (%d bytes, %.1f s)", result.path, result.bytes, result.seconds
+        )
+        return pb.BackupResponse(path=str(result.path), bytes=result.bytes, seconds=result.seconds)
+
+    async def Vacuum(
+        self, request: pb.VacuumRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VacuumResponse:
+        result = await self._call(context, self._repository.ops.vacuum)
+        log.info(
+            "vacuum: %d -> %d bytes in %.1f s (%d vector tables compacted)",
+            result.bytes_before,
+            result.bytes_after,
+            result.seconds,
+            result.compacted,
+        )
+        return pb.VacuumResponse(
+            bytes_before=result.bytes_before,
+            bytes_after=result.bytes_after,
+            seconds=result.seconds,
+            compacted_collections=result.compacted,
+        )
