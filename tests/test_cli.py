@@ -138,7 +138,8 @@ def test_names_missing_and_taken(stack: Stack, tmp_path: Path) -> None:
     assert taken.exit_code == Exit.CONFLICT and "already exists" in taken.stderr
     listed = as_json(ragd(stack, "index", "list", "--json"))
     [entry] = [store for store in listed if store["name"] == name]
-    assert ragd(stack, "index", "stats", "-n", entry["id"]).exit_code == 0
+    shown = ragd(stack, "index", "stats", "-n", entry["id"])
+    assert shown.exit_code == 0 and "search index  exact" in shown.stdout, shown.stdout
     table = ragd(stack, "index", "list")
     assert entry["id"] in table.stdout  # ids are never shortened
 

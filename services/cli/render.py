@@ -77,6 +77,8 @@ def stats(console: Console, store: VectorStore) -> None:
             f"cancelled {counts.get('cancelled', 0):,})",
         ),
         ("chunks", _chunks(store)),
+        # exact / building / coarse; absent from gateways before the coarse index.
+        ("search index", escape(str(store.raw.get("vector_index", "-")))),
         ("size", f"{size(store.usage_bytes)} ({store.usage_bytes:,} bytes)"),
         ("created", when(store.created_at)),
     ]
