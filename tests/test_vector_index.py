@@ -22,7 +22,8 @@ from services.embedder.model import EmbeddingModel
 from services.pb import store_pb2 as pb
 from services.store import vector_index
 from services.store.db import open_database
-from services.store.records import ChunkInput
+from services.store.filters import Comparison, Filter
+from services.store.records import AttributeValue, ChunkInput
 from services.store.repository import Repository
 from services.store.vector_index import BUILDING, COARSE, EXACT, IndexSettings
 from tests.embedder_fixtures import embedding_model  # noqa: F401  (fixture)
@@ -39,13 +40,20 @@ Vectors = npt.NDArray[np.float32]
 DIMS = 384
 
 
-def add_rows(repo: Repository, collection_id: str, vectors: Vectors, start: int, stop: int) -> None:
+def add_rows(
+    repo: Repository,
+    collection_id: str,
+    vectors: Vectors,
+    start: int,
+    stop: int,
+    attributes: dict[str, AttributeValue] | None = None,
+) -> None:
     """Rows start..stop-1 as one file "file-<start>", row i with the chunk text "i"."""
     repo.add_chunks(
         collection_id,
         f"file-{start}",
         f"rows-{start}.txt",
-        {},
+        attributes or {},
         [ChunkInput(str(row)) for row in range(start, stop)],
         vectors[start:stop],
         MODEL,
@@ -65,8 +73,16 @@ def build(repo: Repository) -> None:
         pass
 
 
-def rows(repo: Repository, collection_id: str, query: Vectors, k: int, exact: bool) -> list[int]:
-    return [int(hit.text) for hit in repo.search(collection_id, query, k, exact=exact)]
+def rows(
+    repo: Repository,
+    collection_id: str,
+    query: Vectors,
+    k: int,
+    exact: bool,
+    only: Filter | None = None,
+) -> list[int]:
+    hits = repo.search(collection_id, query, k, exact=exact, filter=only)
+    return [int(hit.text) for hit in hits]
 
 
 def recall(repo: Repository, collection_id: str, queries: Vectors, k: int) -> float:
@@ -200,11 +216,18 @@ def test_the_index_is_built_in_steps_while_writes_continue(tmp_path: Path) -> No
         collection_id = load(repo, data[:90], per_file=30)
         assert not repo.build_indexes()
         assert repo.get_collection(collection_id).vector_index == EXACT
-        add_rows(repo, collection_id, data, 90, 150)
+        add_rows(repo, collection_id, data, 90, 150, {"file": "late"})
         # One step of at most build_batch rows: the index is half built.
         assert repo.build_indexes(budget_seconds=0.0)
         assert repo.get_collection(collection_id).vector_index == BUILDING
         check_invariants(path)
+        # Searches stay exact while the copy is partial, filtered ones included.
+        only = Comparison("file", "eq", value="late")
+        for query in data[:3]:
+            assert rows(repo, collection_id, query, 10, False) == numpy_top(data[:150], query, 10)
+            assert rows(repo, collection_id, query, 5, False, only) == [
+                90 + i for i in numpy_top(data[90:150], query, 5)
+            ]
         # Writes during the build go to both copies; deleted rows leave both.
         add_rows(repo, collection_id, data, 150, 400)
         repo.detach_file(collection_id, "file-30")

@@ -285,7 +285,8 @@ def nearest_ids(
         if not coarse:
             return _exact(conn, key, query, k, None)
         return _coarse_rescored(conn, key, query, k, candidates, None, settings)
-    if index == EXACT:
+    if index != COARSE:
+        # While building, the float copy lacks rows: only vec0 has them all.
         return _exact(conn, key, query, k, allowed)
     # One evaluation of the filter to learn its selectivity (a few ms at 100k chunks).
     found = conn.execute(f"SELECT count(*) FROM ({allowed[0]})", list(allowed[1])).fetchone()
@@ -303,8 +304,7 @@ def nearest_ids(
         if matches > settings.exact_ids_max:
             return _coarse_rescored(conn, key, query, k, candidates, allowed, settings)
     if matches <= settings.exact_ids_max:
-        # The float copy exists (the index is building or built): the cost follows the
-        # matches, not the collection.
+        # The cost follows the matches, not the collection.
         return _exact_over_ids(conn, key, query, k, allowed)
     return _exact(conn, key, query, k, allowed)
 
