@@ -163,6 +163,20 @@ def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
         key,
     )
     assert strays == 0, f"{strays} coarse rows without a chunk in collection {key}"
+    # Both copies hold the same rows, each bit row in its partition; a sample of rows (point
+    # lookups in vec0 are slow) holds the same floats in vec_N and vecf_N, and their sign bits.
+    paired = _scalar(
+        conn,
+        f"SELECT count(*) FROM vecq_{key:d} AS q JOIN vecf_{key:d} AS f ON f.id = q.rowid"
+        " WHERE q.part = q.rowid % 64",
+    )
+    assert paired == floats, f"coarse index of {key}: {paired} of {floats} bit rows paired"
+    for rowid, embedding in conn.execute(f"SELECT id, embedding FROM vecf_{key:d} LIMIT 500"):
+        assert conn.execute(
+            f"SELECT v.embedding = ?, q.embedding = vec_quantize_binary(?)"
+            f" FROM vec_{key:d} AS v, vecq_{key:d} AS q WHERE v.rowid = ? AND q.rowid = ?",
+            (embedding, embedding, rowid, rowid),
+        ).fetchone() == (1, 1), f"coarse index of {key}: row {rowid} differs from vec_{key}"
     if index == COARSE:
         chunks = _scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
         assert floats == chunks, f"coarse index of {key}: {floats} rows for {chunks} chunks"

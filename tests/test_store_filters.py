@@ -214,7 +214,12 @@ INDEXES = {
     "exact": IndexSettings(coarse=False),
     # slack = PARTITIONS: each partition returns C rows, more than it holds.
     "coarse-postfilter": IndexSettings(
-        min_rows=1, min_candidates=10, small_min_candidates=10, oversample=1, slack=64.0
+        min_rows=1,
+        min_candidates=10,
+        small_min_candidates=10,
+        oversample=1,
+        slack=64.0,
+        exact_ids_max=0,
     ),
     "coarse-prefilter": IndexSettings(min_rows=1, max_pool=0, exact_ids_max=0),
 }

@@ -11,6 +11,7 @@ import ast
 import asyncio
 import sysconfig
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +65,8 @@ def load(repo: Repository, vectors: Vectors, per_file: int = 2000, name: str = "
     """A collection holding `vectors` in files of `per_file` rows; returns its id."""
     collection_id = repo.create_collection(name, MODEL, int(vectors.shape[1])).id
     for start in range(0, len(vectors), per_file):
-        add_rows(repo, collection_id, vectors, start, min(start + per_file, len(vectors)))
+        stop = min(start + per_file, len(vectors))
+        add_rows(repo, collection_id, vectors, start, stop, {"block": start // per_file})
     return collection_id
 
 
@@ -162,6 +164,35 @@ def test_coarse_hits_carry_exact_scores_even_on_isotropic_noise(
     np.testing.assert_allclose([hit.score for hit in hits], expected, atol=1e-5)
     assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
     assert recall(repo, collection_id, data[20_000:20_020], 10) >= 0.5
+
+
+def test_filtered_coarse_search_stays_inside_the_filter_with_high_recall(
+    random_sets: tuple[Repository, dict[str, tuple[str, Vectors]]],
+) -> None:
+    """Filters too broad for the exact path (exact_ids_max lowered to 1,000 here): 50% of the
+    rows goes through the post-filter, 10% through pre-filtered partitions (its pool would
+    exceed max_pool), and with max_pool 0 both are pre-filtered."""
+    repo, sets = random_sets
+    collection_id, data = sets["clustered"]
+    default = repo.index
+    try:
+        for settings in (
+            replace(default, exact_ids_max=1000),
+            replace(default, exact_ids_max=1000, max_pool=0),
+        ):
+            repo.index = settings
+            for blocks in ((0, 1, 2, 3, 4), (7,)):
+                only = Comparison("block", "in", values=blocks)
+                allowed = [row for row in range(20_000) if row // 2000 in blocks]
+                found = 0
+                for query in data[20_000:20_020]:
+                    got = rows(repo, collection_id, query, 10, False, only)
+                    assert len(got) == 10 and set(got) <= set(allowed)
+                    truth = [allowed[i] for i in numpy_top(data[allowed], query, 10)]
+                    found += len(set(got) & set(truth))
+                assert found / 200 >= 0.95, (settings, blocks, found)
+    finally:
+        repo.index = default
 
 
 def stdlib_docstrings(limit: int) -> list[str]:
@@ -275,6 +306,13 @@ def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:
         # Query i is row i of a kept file: it finds itself first.
         for row in (0, 50, 400, 2850):
             assert rows(repo, collection_id, data[row], 5, False)[0] == row
+        # Vacuum lists the collections before compacting each: one deleted meanwhile is skipped.
+        repo.delete_collection(collection_id)
+        conn = open_database(path)
+        try:
+            assert vector_index.repack_coarse(conn, 1) is False
+        finally:
+            conn.close()
 
 
 def test_small_odd_or_disabled_collections_stay_exact(tmp_path: Path) -> None:

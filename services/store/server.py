@@ -6,7 +6,6 @@ import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-import apsw
 import grpc
 
 from services.common.config import ConfigError
@@ -88,9 +87,10 @@ async def _build_indexes(
         while not terminated.done():
             try:
                 busy = await loop.run_in_executor(executor, repository.build_indexes)
-            except RuntimeError:
-                return  # the executor or the database closed under us: shutting down
-            except apsw.Error:
+            except Exception:
+                if terminated.done():
+                    return  # the executor or the database closed under us: shutting down
+                # Anything else must not end the builds for good: they retry, once idle.
                 log.exception("coarse index build step failed; retrying later")
                 busy = False
             await asyncio.wait({terminated}, timeout=_BUILD_PAUSE if busy else _BUILD_IDLE)
