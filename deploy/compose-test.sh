@@ -325,8 +325,8 @@ main() {
   say "restarting $store; searching what it stored before"
   podman restart "$store" >/dev/null
   wait_healthy 120 "$store"
-  # The store comes back on a new address; the gateway finds it when gRPC resolves the name
-  # again, which it does at most every 30 s.
+  # The store comes back on a new address; the gateway finds it once the name resolves to it
+  # (podman's aardvark-dns may fail to answer for tens of seconds after a restart).
   local waited=$SECONDS
   wait_healthy 120 "$gateway"
   echo "gateway ready again $((SECONDS - waited)) s after the store"

@@ -89,6 +89,10 @@ def open_channel(target: str) -> grpc.aio.Channel:
         # backoff of up to two minutes.
         ("grpc.initial_reconnect_backoff_ms", 200),
         ("grpc.max_reconnect_backoff_ms", 2000),
+        # Also the deadline of each connection attempt (gRPC's MIN_CONNECT_TIMEOUT, 20 s by
+        # default): an attempt at the address of a container that is gone gets no answer at
+        # all, and only after this does gRPC re-resolve the name and find the new address.
+        ("grpc.min_reconnect_backoff_ms", 3000),
         # A dns:/// target is re-resolved when a connection drops (a replica restarted with
         # a new address, or a GOAWAY after the embedder's max connection age): at most every
         # 5 s rather than gRPC's default 30 s.
