@@ -182,6 +182,14 @@ def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
         assert floats == chunks, f"coarse index of {key}: {floats} rows for {chunks} chunks"
 
 
+def table_names(path: Path) -> set[str]:
+    conn = open_database(path)
+    try:
+        return {str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master")}
+    finally:
+        conn.close()
+
+
 def upload(repo: Repository, content: bytes | str = b"hello", filename: str = "a.txt") -> File:
     data = content.encode() if isinstance(content, str) else content
     return repo.create_file(filename, "assistants", data)

@@ -22,7 +22,7 @@ from services.store.errors import (
 )
 from services.store.records import ChunkInput
 from services.store.repository import Repository
-from tests.store_fixtures import MODEL, FakeClock, open_repository, unit_vectors
+from tests.store_fixtures import MODEL, FakeClock, open_repository, table_names, unit_vectors
 
 DIMS = 16
 
@@ -50,14 +50,6 @@ def count(conn: apsw.Connection, sql: str, *params: object) -> int:
     row = conn.execute(sql, params).fetchone()
     assert row is not None
     return int(row[0])
-
-
-def table_names(path: Path) -> set[str]:
-    conn = open_database(path)
-    try:
-        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-    finally:
-        conn.close()
 
 
 def vector_count(repo: Repository, collection_id: str) -> int:

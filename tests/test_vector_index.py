@@ -34,6 +34,7 @@ from tests.store_fixtures import (
     check_invariants,
     open_repository,
     running_store,
+    table_names,
     unit_vectors,
 )
 
@@ -274,14 +275,6 @@ def test_the_index_is_built_in_steps_while_writes_continue(tmp_path: Path) -> No
         repo.delete_collection(collection_id)
         check_invariants(path)
     assert not {name for name in table_names(path) if name.startswith(("vec_", "vecf_", "vecq_"))}
-
-
-def table_names(path: Path) -> set[str]:
-    conn = open_database(path)
-    try:
-        return {str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master")}
-    finally:
-        conn.close()
 
 
 def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from services.common.vectors import FloatMatrix
 from services.store import lexical
 from services.store.filters import Filter
 from services.store.records import SearchHit
-from services.store.search import DEFAULT_INDEX, nearest
+from services.store.search import nearest
 from services.store.vector_index import MAX_K, IndexSettings
 
 # The constant of the original paper; it damps the weight of the very first ranks.
@@ -83,7 +83,7 @@ def hybrid(
     model: str,
     now: int,
     filter: Filter | None = None,
-    index: IndexSettings = DEFAULT_INDEX,
+    index: IndexSettings,
     exact: bool = False,
 ) -> list[SearchHit]:
     """The k best chunks by RRF of the vector ranking of `query` and the bm25 ranking of

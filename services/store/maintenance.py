@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, replace
@@ -164,58 +163,10 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-@dataclass(frozen=True)
-class _VectorSlots:
-    live: int
-    # Allocated slots, in `chunks` chunks of `per_chunk` slots.
-    slots: int
-    chunks: int
-    per_chunk: int
-
-
-def _vector_slots(conn: apsw.Connection, key: int) -> _VectorSlots | None:
-    """How full a vec0 table's chunks are, from sqlite-vec's shadow tables.
-
-    None if they are not laid out as sqlite-vec 0.1 does (a future version): callers then
-    count rows the slow way and skip compaction.
-    """
-    table = vec_table(key)
-    try:
-        live = _scalar(conn, f"SELECT count(*) FROM {table}_rowids")
-        row = conn.execute(
-            f"SELECT coalesce(sum(size), 0), count(*), coalesce(max(size), 0) FROM {table}_chunks"
-        ).fetchone()
-    except apsw.SQLError:
-        return None
-    if row is None:
-        return None
-    return _VectorSlots(live=live, slots=int(row[0]), chunks=int(row[1]), per_chunk=int(row[2]))
-
-
 def _compact(conn: apsw.Connection, key: int) -> bool:
-    """Rebuilds a vec0 table whose deleted vectors left whole chunks' worth of empty slots.
-
-    sqlite-vec 0.1 stores vectors in fixed chunks (1024 slots) and frees a chunk only when
-    every vector in it is deleted; new vectors never reuse freed slots. Re-inserting the live
-    vectors packs them into as few chunks as they need. One transaction per vector store.
-    """
-    table = vec_table(key)
+    """One transaction per vector store (vector_index.compact)."""
     with atomic(conn):
-        # The coarse bit table fragments the same way, partition by partition.
-        repacked = vector_index.repack_coarse(conn, key)
-        found = _vector_slots(conn, key)
-        if found is None or found.per_chunk <= 0:
-            return repacked
-        if found.chunks <= math.ceil(found.live / found.per_chunk):
-            return repacked
-        conn.execute(f"CREATE TEMP TABLE vec_keep AS SELECT rowid AS id, embedding FROM {table}")
-        conn.execute(f"DELETE FROM {table}")
-        conn.execute(
-            f"INSERT INTO {table} (rowid, embedding)"
-            " SELECT id, embedding FROM temp.vec_keep ORDER BY id"
-        )
-        conn.execute("DROP TABLE temp.vec_keep")
-    return True
+        return vector_index.compact(conn, key)
 
 
 def vacuum(conn: apsw.Connection, *, path: Path) -> VacuumResult:
@@ -256,7 +207,7 @@ def stats(conn: apsw.Connection, *, path: Path) -> DatabaseStats:
         )
         collections = []
         for key, public_id, name, model, dims, files, chunks, usage in rows:
-            found = _vector_slots(conn, key)
+            found = vector_index.vector_slots(conn, key)
             if found is None:
                 vectors = slots = _scalar(conn, f"SELECT count(*) FROM {vec_table(key)}")
             else:

@@ -19,8 +19,6 @@ from services.store.filters import Filter, compile_filter
 from services.store.records import SearchHit
 from services.store.vector_index import MAX_K, IndexSettings
 
-DEFAULT_INDEX = IndexSettings()
-
 # Search modes (SearchRequest.mode): this module's KNN, lexical.py's bm25, fusion.py's RRF.
 VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
 MODES = (VECTOR, LEXICAL, HYBRID)
@@ -92,7 +90,7 @@ def nearest(
     model: str,
     now: int,
     filter: Filter | None = None,
-    index: IndexSettings = DEFAULT_INDEX,
+    index: IndexSettings,
     exact: bool = False,
 ) -> list[SearchHit]:
     """The k chunks nearest to `query` (1-D), best first, dropping those scoring below the

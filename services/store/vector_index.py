@@ -106,11 +106,16 @@ def drop_tables(conn: apsw.Connection, key: int) -> None:
     conn.execute(f"DROP TABLE IF EXISTS {float_table(key)}")
 
 
-def kind(conn: apsw.Connection, key: int) -> str:
+def _stored_kind(conn: apsw.Connection, key: int) -> str | None:
     row = conn.execute("SELECT vector_index FROM collections WHERE id = ?", (key,)).fetchone()
-    if row is None:
+    return None if row is None else cast(str, row[0])
+
+
+def kind(conn: apsw.Connection, key: int) -> str:
+    found = _stored_kind(conn, key)
+    if found is None:
         raise RuntimeError(f"collection key {key} vanished inside a transaction")
-    return cast(str, row[0])
+    return found
 
 
 def insert(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, bytes]]) -> None:
@@ -138,28 +143,78 @@ def delete(conn: apsw.Connection, key: int, ids: Sequence[int]) -> None:
         conn.executemany(f"DELETE FROM {coarse_table(key)} WHERE rowid = ?", params)
 
 
-def repack_coarse(conn: apsw.Connection, key: int) -> bool:
-    """Rebuilds the bit table from the float copy when deletions left it more chunks than its
-    rows need (sqlite-vec 0.1 frees a chunk only once all its slots are deleted, and each
-    partition has its own chunks). Inside the caller's transaction; True if it rebuilt."""
-    row = conn.execute("SELECT vector_index FROM collections WHERE id = ?", (key,)).fetchone()
-    if row is None or row[0] == EXACT:
-        return False  # deleted meanwhile (vacuum lists keys before compacting), or no index
+@dataclass(frozen=True)
+class VectorSlots:
+    live: int
+    # Allocated slots, in `chunks` chunks of `per_chunk` slots.
+    slots: int
+    chunks: int
+    per_chunk: int
+
+
+def _slots(conn: apsw.Connection, table: str) -> VectorSlots | None:
+    """How full a vec0 table's chunks are, from sqlite-vec's shadow tables; None if they are
+    not laid out as sqlite-vec 0.1 does (a future version)."""
     try:
-        found = conn.execute(
-            f"SELECT count(*), coalesce(max(size), 0) FROM {coarse_table(key)}_chunks"
+        live = conn.execute(f"SELECT count(*) FROM {table}_rowids").fetchone()
+        row = conn.execute(
+            f"SELECT coalesce(sum(size), 0), count(*), coalesce(max(size), 0) FROM {table}_chunks"
         ).fetchone()
     except apsw.SQLError:
-        return False  # not sqlite-vec 0.1's layout: leave it
-    chunks, per_chunk = (cast(int, found[0]), cast(int, found[1])) if found else (0, 0)
-    if per_chunk <= 0:
+        return None
+    if live is None or row is None:
+        return None
+    return VectorSlots(
+        live=int(live[0]), slots=int(row[0]), chunks=int(row[1]), per_chunk=int(row[2])
+    )
+
+
+def vector_slots(conn: apsw.Connection, key: int) -> VectorSlots | None:
+    """The fill of a collection's float vec0 table (callers count rows the slow way on None)."""
+    return _slots(conn, vec_table(key))
+
+
+def compact(conn: apsw.Connection, key: int) -> bool:
+    """Re-packs a collection's vec0 tables where deletions left more chunks than their rows
+    need, inside the caller's transaction; True if any was rebuilt.
+
+    sqlite-vec 0.1 stores vectors in fixed chunks (1024 slots) and frees a chunk only when
+    every vector in it is deleted; new vectors never reuse freed slots. Re-inserting the live
+    vectors packs them into as few chunks as they need.
+    """
+    # The coarse bit table fragments the same way, partition by partition.
+    repacked = repack_coarse(conn, key)
+    found = vector_slots(conn, key)
+    if found is None or found.per_chunk <= 0:
+        return repacked
+    if found.chunks <= math.ceil(found.live / found.per_chunk):
+        return repacked
+    table = vec_table(key)
+    conn.execute(f"CREATE TEMP TABLE vec_keep AS SELECT rowid AS id, embedding FROM {table}")
+    conn.execute(f"DELETE FROM {table}")
+    conn.execute(
+        f"INSERT INTO {table} (rowid, embedding)"
+        " SELECT id, embedding FROM temp.vec_keep ORDER BY id"
+    )
+    conn.execute("DROP TABLE temp.vec_keep")
+    return True
+
+
+def repack_coarse(conn: apsw.Connection, key: int) -> bool:
+    """Rebuilds the bit table from the float copy when deletions left it more chunks than its
+    rows need (each partition has its own chunks). Inside the caller's transaction; True if
+    it rebuilt."""
+    if _stored_kind(conn, key) in (None, EXACT):
+        return False  # deleted meanwhile (vacuum lists keys before compacting), or no index
+    found = _slots(conn, coarse_table(key))
+    if found is None or found.per_chunk <= 0:
         return False
     needed = conn.execute(
         f"SELECT coalesce(sum((n + ? - 1) / ?), 0) FROM"
         f" (SELECT count(*) AS n FROM {float_table(key)} GROUP BY id % {PARTITIONS:d})",
-        (per_chunk, per_chunk),
+        (found.per_chunk, found.per_chunk),
     ).fetchone()
-    if needed is None or chunks <= cast(int, needed[0]):
+    if needed is None or found.chunks <= cast(int, needed[0]):
         return False
     conn.execute(f"DELETE FROM {coarse_table(key)}")
     conn.execute(
