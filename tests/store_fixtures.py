@@ -14,13 +14,14 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
+from services.common.vocabulary import COARSE, EXACT
 from services.pb import store_pb2_grpc
 from services.store.config import StoreConfig
 from services.store.db import open_database
 from services.store.records import ChunkInput, ClaimedJob, CollectionFile, File
 from services.store.repository import Repository
-from services.store.server import create_server
-from services.store.vector_index import COARSE, EXACT, IndexSettings
+from services.store.vector_index import IndexSettings
+from services.store.wire.server import create_server
 
 MODEL = "all-MiniLM-L6-v2"
 
@@ -53,7 +54,7 @@ def unit_vectors(rng: np.random.Generator, count: int, dims: int) -> npt.NDArray
 class RunningStore:
     port: int
     channel: grpc.aio.Channel
-    stub: store_pb2_grpc.StoreStub
+    stub: store_pb2_grpc.StoreAsyncStub
 
 
 @asynccontextmanager

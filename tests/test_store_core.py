@@ -368,16 +368,17 @@ def test_dimension_and_model_mismatches_say_what_to_do(
             collection.id, "f", "a", {}, chunk_inputs(1), unit_vectors(rng, 1, 768), MODEL
         )
     assert str(dims_error.value) == (
-        f"vector store '{collection.id}' was indexed with {MODEL} (384 dims) but got 768-dim "
-        f"vectors from {MODEL}; create a new store or re-embed"
+        f"vector store '{collection.id}' was indexed with {MODEL} (384 dims), not {MODEL} "
+        f"(768 dims); index it from a ragd whose embedder serves {MODEL}, or attach the files "
+        f"to a vector store created with {MODEL}"
     )
-    with pytest.raises(ModelMismatch, match=r"indexed with all-MiniLM-L6-v2 .* from bge-base"):
+    with pytest.raises(ModelMismatch, match=r"indexed with all-MiniLM-L6-v2 .*, not bge-base"):
         repo.add_chunks(
             collection.id, "f", "a", {}, chunk_inputs(1), unit_vectors(rng, 1, 384), "bge-base"
         )
-    with pytest.raises(DimensionMismatch, match="768-dim a query vector"):
+    with pytest.raises(DimensionMismatch, match="not 768-dim vectors; search it from a ragd"):
         repo.search(collection.id, unit_vectors(rng, 1, 768)[0], k=1)
-    with pytest.raises(ModelMismatch, match="embed the query with all-MiniLM-L6-v2"):
+    with pytest.raises(ModelMismatch, match="whose embedder serves all-MiniLM-L6-v2"):
         repo.search(collection.id, unit_vectors(rng, 1, 384)[0], k=1, model="bge-base")
     assert repo.search(collection.id, unit_vectors(rng, 1, 384)[0], k=1, model=MODEL) == []
     assert repo.search(collection.id, unit_vectors(rng, 1, 384)[0], k=1, model="") == []

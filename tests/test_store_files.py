@@ -21,9 +21,9 @@ from services.store.errors import (
     InvalidArgument,
     JobNotFound,
 )
-from services.store.filters import Comparison
-from services.store.records import BatchFileInput, ChunkInput, FileCounts
+from services.store.records import BatchFileInput, Chunking, ChunkInput, FileCounts
 from services.store.repository import Repository
+from services.store.search.filters import Comparison
 from services.store.vector_index import IndexSettings
 from tests.store_fixtures import (
     MODEL,
@@ -208,14 +208,14 @@ def test_delete_file_removes_it_from_every_collection(repo: Repository) -> None:
 def test_attach_records_the_file_and_a_job(repo: Repository, vs_id: str, clock: FakeClock) -> None:
     file = upload(repo, "some text", filename="doc.txt")
     clock.now += 5
-    chunking = '{"type": "static", "static": {"max_chunk_size_tokens": 100}}'
+    chunking = Chunking(max_tokens=100, overlap_tokens=20)
     attached = repo.attach_file(vs_id, file.id, {"lang": "en", "year": 2024}, chunking)
     assert (attached.file_id, attached.collection_id, attached.status) == (
         file.id,
         vs_id,
         "in_progress",
     )
-    assert (attached.filename, attached.created_at, attached.chunking_json) == (
+    assert (attached.filename, attached.created_at, attached.chunking) == (
         "doc.txt",
         clock.now,
         chunking,
@@ -237,15 +237,17 @@ def test_attach_records_the_file_and_a_job(repo: Repository, vs_id: str, clock: 
         "doc.txt",
         b"some text",
     )
-    assert (job.chunking_json, job.model, job.dimensions, job.attempt) == (chunking, MODEL, DIMS, 1)
+    assert (job.chunking, job.model, job.dimensions, job.attempt) == (chunking, MODEL, DIMS, 1)
 
 
 def test_attach_checks_its_arguments(repo: Repository, vs_id: str) -> None:
     file = upload(repo)
     with pytest.raises(CollectionNotFound):
         repo.attach_file("vs_nope", file.id)
-    with pytest.raises(InvalidArgument, match="chunking_json is not valid JSON"):
-        repo.attach_file(vs_id, file.id, chunking_json="{")
+    with pytest.raises(InvalidArgument, match=r"max_chunk_size_tokens must be 100\.\.4096"):
+        repo.attach_file(vs_id, file.id, chunking=Chunking(50, 0))
+    with pytest.raises(InvalidArgument, match=r"chunk_overlap_tokens must be 0\.\.100"):
+        repo.attach_file(vs_id, file.id, chunking=Chunking(200, 101))
     with pytest.raises(InvalidArgument, match="attribute 'n'"):
         repo.attach_file(vs_id, file.id, {"n": float("nan")})
     assert statuses(repo, vs_id) == {}
@@ -292,11 +294,11 @@ def test_a_failed_or_cancelled_file_is_attached_again(
     assert not repo.attach_file(vs_id, twin.id).deduplicated
     repo.detach_file(vs_id, twin.id)
     clock.now += 10
-    again = repo.attach_file(vs_id, file.id, {"v": 2}, '{"type": "auto"}')
+    again = repo.attach_file(vs_id, file.id, {"v": 2}, Chunking(256, 64))
     assert (again.status, again.last_error, again.deduplicated) == ("in_progress", None, False)
-    assert (again.attributes, again.chunking_json, again.batch_id) == (
+    assert (again.attributes, again.chunking, again.batch_id) == (
         {"v": 2},
-        '{"type": "auto"}',
+        Chunking(256, 64),
         "",
     )
     assert again.created_at == clock.now
@@ -482,7 +484,7 @@ def test_a_batch_attaches_files_and_reports_progress(repo: Repository, vs_id: st
     files = [upload(repo, f"doc {i}").id for i in range(3)]
     batch = repo.create_file_batch(
         vs_id,
-        [BatchFileInput(files[0], {"n": 0}, '{"type": "auto"}'), BatchFileInput(single.id)]
+        [BatchFileInput(files[0], {"n": 0}, Chunking(256, 64)), BatchFileInput(single.id)]
         + [BatchFileInput(file_id) for file_id in files[1:]],
     )
     assert batch.id.startswith("vsfb_") and len(batch.id) == 29

@@ -14,7 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.store.errors import InvalidArgument
-from services.store.filters import (
+from services.store.ingest import attributes_json
+from services.store.records import AttributeValue, ChunkInput
+from services.store.repository import Repository
+from services.store.search.filters import (
     MAX_DEPTH,
     ORDER_OPS,
     Comparison,
@@ -23,9 +26,6 @@ from services.store.filters import (
     compile_filter,
     matches,
 )
-from services.store.ingest import attributes_json
-from services.store.records import AttributeValue, ChunkInput
-from services.store.repository import Repository
 from services.store.vector_index import IndexSettings
 from tests.store_fixtures import MODEL, check_invariants, open_repository, unit_vectors, upload
 

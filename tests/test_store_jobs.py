@@ -19,7 +19,7 @@ from services.store.errors import (
     LeaseLost,
     ModelMismatch,
 )
-from services.store.records import ChunkInput, FileCounts
+from services.store.records import ChunkInput, EmbeddingModel, FileCounts
 from services.store.repository import Repository
 from tests.store_fixtures import (
     MODEL,
@@ -77,6 +77,30 @@ def test_claims_hand_out_each_job_once_oldest_first(repo: Repository, vs_id: str
     assert [job.file_id for job in first + second] == file_ids
     assert [job.content for job in second] == [f"doc {i}".encode() for i in range(2, 5)]
     assert repo.claim_jobs("w3", max_jobs=10, lease_seconds=LEASE) == []
+
+
+def test_jobs_of_another_model_fail_at_claim_in_the_model_rules_words(
+    repo: Repository, vs_id: str
+) -> None:
+    other = repo.create_collection("other", "bge-small", DIMS).id
+    mine, theirs = attach_new(repo, vs_id, "mine"), attach_new(repo, other, "theirs")
+    served = [EmbeddingModel(MODEL, DIMS)]
+    claimed = repo.claim_jobs("w1", max_jobs=10, lease_seconds=LEASE, models=served)
+    assert [job.file_id for job in claimed] == [mine]
+    failed = repo.get_collection_file(other, theirs)
+    assert failed.status == "failed" and failed.last_error is not None
+    assert failed.last_error.code == "server_error"
+    assert failed.last_error.message == (
+        f"vector store '{other}' was indexed with bge-small ({DIMS} dims), not {MODEL} "
+        f"({DIMS} dims); index it from a ragd whose embedder serves bge-small, or attach the "
+        f"files to a vector store created with {MODEL}"
+    )
+    # Several served models: the message lists them.
+    third = attach_new(repo, other, "again")
+    two = [*served, EmbeddingModel("e5", 768)]
+    assert repo.claim_jobs("w1", max_jobs=10, lease_seconds=LEASE, models=two) == []
+    message = repo.get_collection_file(other, third).last_error
+    assert message is not None and "which no embedder here serves" in message.message
 
 
 def test_concurrent_claimers_never_share_a_job(tmp_path: Path, clock: FakeClock) -> None:
@@ -184,7 +208,7 @@ def test_complete_refuses_vectors_the_collection_cannot_hold(
     attach_new(repo, vs_id)
     job = claim_one(repo)
     vectors = unit_vectors(np.random.default_rng(1), 1, dims)
-    with pytest.raises(error, match="create a new store or re-embed"):
+    with pytest.raises(error, match="index it from a ragd whose embedder serves"):
         repo.complete_job(job.job_id, "w1", [ChunkInput("a")], vectors, model)
     # Nothing written; the worker still holds the job and can record the failure.
     failed = repo.fail_job(job.job_id, "w1", "server_error", "wrong embedder")

@@ -13,13 +13,11 @@ import numpy as np
 import pytest
 
 from services.store import audit, cache
-from services.store.audit import AuditEntry
 from services.store.db import open_database
 from services.store.errors import BackupExists, InvalidArgument, ModelMismatch
 from services.store.maintenance import file_bytes
-from services.store.operations import OperationsSettings
-from services.store.records import BatchFileInput, ChunkInput
-from services.store.repository import Repository
+from services.store.records import AuditEntry, BatchFileInput, ChunkInput, EmbeddingModel
+from services.store.repository import OperationsSettings, Repository
 from tests.store_fixtures import (
     MODEL,
     FakeClock,
@@ -76,24 +74,24 @@ def integrity(path: Path) -> list[str]:
 def test_cached_vectors_come_back_for_the_same_model_only(repo: Repository) -> None:
     vectors = unit_vectors(np.random.default_rng(0), 3, DIMS)
     hashes = [digest(f"text {i}") for i in range(3)]
-    stored, evicted = repo.ops.put_cached_embeddings(KEY, DIMS, hashes[:2], vectors[:2].tobytes())
+    stored, evicted = repo.put_cached_embeddings(KEY, DIMS, hashes[:2], vectors[:2].tobytes())
     assert (stored, evicted) == (2, 0)
     # Storing again keeps the entries as they are.
-    assert repo.ops.put_cached_embeddings(KEY, DIMS, hashes[:1], vectors[2:].tobytes()) == (0, 0)
-    found = repo.ops.get_cached_embeddings(KEY, DIMS, hashes)
+    assert repo.put_cached_embeddings(KEY, DIMS, hashes[:1], vectors[2:].tobytes()) == (0, 0)
+    found = repo.get_cached_embeddings(KEY, DIMS, hashes)
     assert found[0] == vectors[0].tobytes() and found[1] == vectors[1].tobytes()
     assert found[2] is None
     other_weights = f"{MODEL}@sha256:{'cd' * 32}"
-    assert repo.ops.get_cached_embeddings(other_weights, DIMS, hashes) == [None] * 3
+    assert repo.get_cached_embeddings(other_weights, DIMS, hashes) == [None] * 3
     with pytest.raises(InvalidArgument, match="8-dim vectors"):
-        repo.ops.get_cached_embeddings(KEY, 16, hashes)
+        repo.get_cached_embeddings(KEY, 16, hashes)
     with pytest.raises(InvalidArgument, match="32-byte"):
-        repo.ops.get_cached_embeddings(KEY, DIMS, [b"short"])
+        repo.get_cached_embeddings(KEY, DIMS, [b"short"])
     with pytest.raises(InvalidArgument, match="expected 2 vectors"):
-        repo.ops.put_cached_embeddings(KEY, DIMS, hashes[:2], vectors[:1].tobytes())
-    counters = repo.ops.stats().cache_counters
+        repo.put_cached_embeddings(KEY, DIMS, hashes[:2], vectors[:1].tobytes())
+    counters = repo.stats().cache_counters
     assert (counters.hits, counters.misses, counters.stored) == (2, 4, 2)
-    size = repo.ops.stats().database.cache
+    size = repo.stats().database.cache
     assert (size.entries, size.bytes, size.models) == (2, 2 * DIMS * 4, 1)
 
 
@@ -103,18 +101,18 @@ def test_the_cache_evicts_least_recently_used_in_bounded_batches(
     with make_repo(tmp_path / "ragd.db", clock, cache_max_entries=100) as repo:
         rng = np.random.default_rng(1)
         hashes = [digest(f"t{i}") for i in range(100)]
-        repo.ops.put_cached_embeddings(KEY, DIMS, hashes, unit_vectors(rng, 100, DIMS).tobytes())
+        repo.put_cached_embeddings(KEY, DIMS, hashes, unit_vectors(rng, 100, DIMS).tobytes())
         # An hour later, the first ten are used again: they become the most recent.
         clock.now += cache.TOUCH_SECONDS + 1
-        assert all(repo.ops.get_cached_embeddings(KEY, DIMS, hashes[:10]))
+        assert all(repo.get_cached_embeddings(KEY, DIMS, hashes[:10]))
         clock.now += 1
         more = [digest(f"new{i}") for i in range(5)]
-        stored, evicted = repo.ops.put_cached_embeddings(
+        stored, evicted = repo.put_cached_embeddings(
             KEY, DIMS, more, unit_vectors(rng, 5, DIMS).tobytes()
         )
         # Over the bound by 5: evicted down to 90% of it (the slack keeps eviction rare).
         assert (stored, evicted) == (5, 15)
-        survivors = repo.ops.get_cached_embeddings(KEY, DIMS, hashes + more)
+        survivors = repo.get_cached_embeddings(KEY, DIMS, hashes + more)
         assert all(survivors[:10]) and all(survivors[100:])
         assert sum(vector is not None for vector in survivors) == 90
         assert survivors[10:25] == [None] * 15
@@ -123,8 +121,8 @@ def test_the_cache_evicts_least_recently_used_in_bounded_batches(
 def test_a_zero_bound_disables_the_cache(tmp_path: Path) -> None:
     with make_repo(tmp_path / "ragd.db", cache_max_entries=0) as repo:
         vector = unit_vectors(np.random.default_rng(2), 1, DIMS)
-        assert repo.ops.put_cached_embeddings(KEY, DIMS, [digest("x")], vector.tobytes()) == (0, 0)
-        assert repo.ops.get_cached_embeddings(KEY, DIMS, [digest("x")]) == [None]
+        assert repo.put_cached_embeddings(KEY, DIMS, [digest("x")], vector.tobytes()) == (0, 0)
+        assert repo.get_cached_embeddings(KEY, DIMS, [digest("x")]) == [None]
 
 
 # Audit log
@@ -138,20 +136,20 @@ def entry(operation: str = "search", store: str = "vs_a", at: float = 1.7e9) -> 
 
 def test_audit_entries_are_listed_newest_first_with_filters(repo: Repository) -> None:
     entries = [entry("search", "vs_a"), entry("ingest", "vs_a"), entry("search", "vs_b")]
-    assert repo.ops.record_audit([*entries, replace_degraded(entry("search", "vs_a"))]) == 4
-    page = repo.ops.list_audit(limit=10)
+    assert repo.record_audit([*entries, replace_degraded(entry("search", "vs_a"))]) == 4
+    page = repo.list_audit(limit=10)
     assert [item.id for item in page.items] == [4, 3, 2, 1] and not page.has_more
     assert page.items[0].degraded and not page.items[1].degraded
     assert page.items[3] == AuditEntry(**{**entries[0].__dict__, "id": 1})
-    searches = repo.ops.list_audit(limit=10, operation="search", collection_id="vs_a")
+    searches = repo.list_audit(limit=10, operation="search", collection_id="vs_a")
     assert [item.id for item in searches.items] == [4, 1]
-    first = repo.ops.list_audit(limit=2)
+    first = repo.list_audit(limit=2)
     assert [item.id for item in first.items] == [4, 3] and first.has_more
-    rest = repo.ops.list_audit(limit=2, before_id=first.items[-1].id)
+    rest = repo.list_audit(limit=2, before_id=first.items[-1].id)
     assert [item.id for item in rest.items] == [2, 1] and not rest.has_more
     with pytest.raises(InvalidArgument, match="operation must be one of"):
-        repo.ops.record_audit([entry("delete")])
-    assert repo.ops.stats().database.audit_entries == 4
+        repo.record_audit([entry("delete")])
+    assert repo.stats().database.audit_entries == 4
 
 
 def replace_degraded(item: AuditEntry) -> AuditEntry:
@@ -165,17 +163,17 @@ def test_audit_entries_past_the_retention_are_pruned_on_write(
         day = 86400
         old = [entry(at=clock.now - 3 * day), entry(at=clock.now - 2.5 * day)]
         recent = [entry(at=clock.now - day), entry(at=clock.now)]
-        repo.ops.record_audit(old + recent)
-        assert [item.at for item in repo.ops.list_audit(limit=10).items] == [
+        repo.record_audit(old + recent)
+        assert [item.at for item in repo.list_audit(limit=10).items] == [
             clock.now,
             clock.now - day,
         ]
         # Pruning runs at most every few minutes, not on every write.
-        repo.ops.record_audit([entry(at=clock.now - 5 * day)])
-        assert len(repo.ops.list_audit(limit=10).items) == 3
+        repo.record_audit([entry(at=clock.now - 5 * day)])
+        assert len(repo.list_audit(limit=10).items) == 3
         clock.now += audit.PRUNE_INTERVAL_SECONDS
-        repo.ops.record_audit([entry(at=clock.now)])
-        assert len(repo.ops.list_audit(limit=10).items) == 3
+        repo.record_audit([entry(at=clock.now)])
+        assert len(repo.list_audit(limit=10).items) == 3
 
 
 # Deletion, stats and vacuum
@@ -229,24 +227,24 @@ def test_deleting_frees_rows_and_vacuum_gives_the_space_back(repo: Repository) -
             conn.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('integrity-check')")
         finally:
             conn.close()
-    (collection,) = repo.ops.stats().database.collections
+    (collection,) = repo.stats().database.collections
     assert (collection.chunks, collection.vectors) == (1400, 1400)
     # vec0 keeps the deleted vectors' slots in partly used chunks until vacuum compacts them.
     assert collection.vector_slots == 3072
 
-    result = repo.ops.vacuum()
+    result = repo.vacuum()
     assert result.compacted == 1
     assert result.bytes_after == sum(file_bytes(repo.path))
     deleted_vectors = (2 * 700 + 1500) * dims * 4
     assert result.bytes_before - result.bytes_after > 0.8 * deleted_vectors, result
-    (collection,) = repo.ops.stats().database.collections
+    (collection,) = repo.stats().database.collections
     assert (collection.vectors, collection.vector_slots) == (1400, 2048)
     survivors = [hit.chunk_id for hit in before_hits if hit.file_id in ("file-0", "file-2")]
     after_hits = [hit.chunk_id for hit in repo.search(kept, probe, k=5)]
     assert after_hits[: len(survivors)] == survivors
     assert integrity(repo.path) == ["ok"]
     # A second vacuum has nothing to compact.
-    assert repo.ops.vacuum().compacted == 0
+    assert repo.vacuum().compacted == 0
 
 
 def tables(path: Path) -> set[str]:
@@ -264,7 +262,7 @@ def test_stats_count_every_store_and_the_whole_database(repo: Repository) -> Non
     add_file(repo, second, "file-2", 2, DIMS, seed=2)
     pending = upload(repo, "pending text")
     repo.attach_file(second, pending.id)
-    stats = repo.ops.stats().database
+    stats = repo.stats().database
     assert [(c.id, c.files, c.chunks, c.vectors) for c in stats.collections] == [
         (first, 1, 3, 3),
         (second, 2, 2, 2),
@@ -305,7 +303,7 @@ def test_a_backup_taken_during_writes_is_a_consistent_snapshot(tmp_path: Path) -
         try:
             while repo.get_collection(store).file_counts.completed < 5:
                 time.sleep(0.01)
-            result = repo.ops.backup("during-writes.db")
+            result = repo.backup("during-writes.db")
             completed_after = repo.get_collection(store).file_counts.completed
         finally:
             stop.set()
@@ -328,17 +326,17 @@ def test_backup_paths_stay_inside_the_backup_directory(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     with make_repo(tmp_path / "ragd.db", backup_dir=tmp_path / "bk") as repo:
-        nested = repo.ops.backup("nightly/one.db")
+        nested = repo.backup("nightly/one.db")
         assert nested.path == (tmp_path / "bk" / "nightly" / "one.db").resolve()
-        default = repo.ops.backup()
+        default = repo.backup()
         assert default.path.parent == (tmp_path / "bk").resolve()
         assert default.path.name.startswith("ragd-") and default.path.suffix == ".db"
         with pytest.raises(BackupExists):
-            repo.ops.backup("nightly/one.db")
+            repo.backup("nightly/one.db")
         (tmp_path / "bk" / "link").symlink_to(outside)
         for name in ("../escape.db", str(tmp_path / "abs.db"), "link/x.db", ".", "a/.."):
             with pytest.raises(InvalidArgument):
-                repo.ops.backup(name)
+                repo.backup(name)
         assert list(outside.iterdir()) == []
         assert sorted(p.name for p in (tmp_path / "bk").rglob("*") if p.is_file()) == sorted(
             ["one.db", default.path.name]
@@ -351,13 +349,13 @@ def test_backup_paths_stay_inside_the_backup_directory(tmp_path: Path) -> None:
 def test_attaching_to_a_store_of_another_model_is_refused(repo: Repository) -> None:
     store = repo.create_collection("other", "other-model", 384).id
     file = upload(repo)
-    with pytest.raises(ModelMismatch, match=r"indexed with other-model .* embeds with"):
-        repo.attach_file(store, file.id, model=MODEL, dimensions=384)
+    with pytest.raises(ModelMismatch, match=r"indexed with other-model .*, not all-MiniLM"):
+        repo.attach_file(store, file.id, model=EmbeddingModel(MODEL, 384))
     with pytest.raises(ModelMismatch, match=MODEL):
-        repo.create_file_batch(store, [BatchFileInput(file.id)], model=MODEL, dimensions=384)
+        repo.create_file_batch(store, [BatchFileInput(file.id)], model=EmbeddingModel(MODEL, 384))
     assert repo.get_collection(store).file_count == 0
     # The store's own model is fine.
-    assert repo.attach_file(store, file.id, model="other-model", dimensions=384).status == (
+    assert repo.attach_file(store, file.id, model=EmbeddingModel("other-model", 384)).status == (
         "in_progress"
     )
 

@@ -20,16 +20,16 @@ from services.pb import store_pb2 as pb
 from services.store import migrations
 from services.store.db import open_database
 from services.store.errors import InvalidArgument
-from services.store.filters import Comparison, Filter, matches
-from services.store.fusion import (
+from services.store.records import ChunkInput, SearchHit
+from services.store.repository import Repository
+from services.store.search.filters import Comparison, Filter, matches
+from services.store.search.hybrid import (
     MIN_CANDIDATES,
     RRF_K,
     candidate_count,
     reciprocal_rank_fusion,
 )
-from services.store.lexical import MAX_QUERY_TERMS, fts_query
-from services.store.records import ChunkInput, SearchHit
-from services.store.repository import Repository
+from services.store.search.lexical import MAX_QUERY_TERMS, fts_query
 from services.store.vector_index import MAX_K
 from tests.store_fixtures import (
     MODEL,

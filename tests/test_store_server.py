@@ -23,7 +23,7 @@ from services.store import migrations
 from services.store.config import StoreConfig
 from services.store.db import open_database
 from services.store.errors import DatabaseTooNew
-from services.store.server import SERVICE_NAME, create_server
+from services.store.wire.server import SERVICE_NAME, create_server
 from tests.store_fixtures import MODEL, RunningStore, running_store, unit_vectors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +129,7 @@ def test_collection_lifecycle_over_grpc(tmp_path: Path) -> None:
 def test_unknown_collection_is_not_found(tmp_path: Path) -> None:
     async def scenario(store: RunningStore) -> None:
         query = to_bytes(np.ones(DIMS))
-        calls = [
+        calls: list[Awaitable[object]] = [
             store.stub.GetCollection(pb.GetCollectionRequest(id="vs_nope")),
             store.stub.DeleteCollection(pb.DeleteCollectionRequest(id="vs_nope")),
             store.stub.Search(
@@ -216,7 +216,7 @@ def test_mismatched_vectors_are_failed_preconditions(tmp_path: Path) -> None:
         details = await expect_status(
             store.stub.AddChunks(wrong_dims), grpc.StatusCode.FAILED_PRECONDITION
         )
-        assert f"{2 * DIMS}-dim vectors" in details and "re-embed" in details
+        assert f"not {MODEL} ({2 * DIMS} dims)" in details and "index it from" in details
         wrong_model = pb.SearchRequest(
             collection_id=collection.id,
             query_vector=to_bytes(np.ones(DIMS)),

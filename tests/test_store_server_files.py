@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from pathlib import Path
 
 import grpc
@@ -46,7 +47,7 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
             collection_id=collection.id,
             file_id=file.id,
             attributes={"team": string("docs")},
-            chunking_json='{"type": "auto"}',
+            chunking=pb.ChunkingStrategy(max_chunk_size_tokens=256, chunk_overlap_tokens=64),
         )
         attached = await stub.AttachFile(attach)
         assert (attached.status, attached.deduplicated) == ("in_progress", False)
@@ -57,10 +58,10 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
             pb.ClaimJobsRequest(worker_id=WORKER, max_jobs=4, lease_seconds=30)
         )
         (job,) = claimed.jobs
-        assert (job.file_id, job.content, job.chunking_json) == (
+        assert (job.file_id, job.content, job.chunking) == (
             file.id,
             b"alpha beta",
-            '{"type": "auto"}',
+            pb.ChunkingStrategy(max_chunk_size_tokens=256, chunk_overlap_tokens=64),
         )
         assert (job.model, job.dimensions, job.attempt) == (MODEL, DIMS, 1)
         renewed = await stub.RenewJob(
@@ -141,7 +142,7 @@ def test_failures_map_to_status_codes(tmp_path: Path) -> None:
             pb.CreateFileRequest(filename="a.txt", purpose="assistants", content=b"x")
         )
         ref = pb.CollectionFileRef(collection_id=collection.id, file_id=file.id)
-        not_found = [
+        not_found: list[tuple[Awaitable[object], str]] = [
             (stub.GetFile(pb.GetFileRequest(id="file-nope")), "no file with id 'file-nope'"),
             (stub.DeleteFile(pb.GetFileRequest(id="file-nope")), "file-nope"),
             (
@@ -173,7 +174,7 @@ def test_failures_map_to_status_codes(tmp_path: Path) -> None:
         for bad in bad_filters:
             search.filter.CopyFrom(bad)
             await expect_status(stub.Search(search), grpc.StatusCode.INVALID_ARGUMENT)
-        invalid = [
+        invalid: list[Awaitable[object]] = [
             stub.CreateFileBatch(pb.CreateFileBatchRequest(collection_id=collection.id)),
             stub.ClaimJobs(pb.ClaimJobsRequest()),
             stub.CreateFile(pb.CreateFileRequest(filename="a.txt")),

@@ -19,14 +19,15 @@ import numpy.typing as npt
 import pytest
 
 from services.common.vectors import to_bytes
+from services.common.vocabulary import BUILDING, COARSE, EXACT
 from services.embedder.model import EmbeddingModel
 from services.pb import store_pb2 as pb
 from services.store import vector_index
 from services.store.db import open_database
-from services.store.filters import Comparison, Filter
 from services.store.records import AttributeValue, ChunkInput
 from services.store.repository import Repository
-from services.store.vector_index import BUILDING, COARSE, EXACT, IndexSettings
+from services.store.search.filters import Comparison, Filter
+from services.store.vector_index import IndexSettings
 from tests.embedder_fixtures import embedding_model  # noqa: F401  (fixture)
 from tests.store_fixtures import (
     MODEL,
@@ -288,7 +289,7 @@ def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:
         for start in range(0, 3000, 100):
             if start % 400:
                 repo.detach_file(collection_id, f"file-{start}")
-        assert repo.ops.vacuum().compacted == 1
+        assert repo.vacuum().compacted == 1
         check_invariants(path)
         conn = open_database(path)
         try:

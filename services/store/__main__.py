@@ -1,5 +1,5 @@
 """`python -m services.store` runs the store service."""
 
-from services.store.server import main
+from services.store.wire.server import main
 
 main()

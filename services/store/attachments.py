@@ -8,8 +8,15 @@ from typing import Any, cast
 
 import apsw
 
-from services.store import catalog, ingest
-from services.store.compat import check_indexing_model
+from services.common.vocabulary import (
+    COMPLETED,
+    FILE_STATUSES,
+    IN_PROGRESS,
+    MAX_CHUNK_TOKENS,
+    MIN_CHUNK_TOKENS,
+)
+from services.store import catalog, files, ingest
+from services.store.compat import check_indexing
 from services.store.db import atomic
 from services.store.errors import (
     BatchNotFound,
@@ -17,20 +24,23 @@ from services.store.errors import (
     FileNotFound,
     InvalidArgument,
 )
+from services.store.ingest import chunk_public_id
 from services.store.paging import fetch_page, unknown_cursor
 from services.store.records import (
     AttributeValue,
+    Chunking,
     CollectionFile,
+    EmbeddingModel,
+    File,
     LastError,
+    NewFile,
     Page,
     StoredChunk,
 )
-from services.store.search import chunk_public_id
 
-STATUSES = ("in_progress", "completed", "failed", "cancelled")
+STATUSES = FILE_STATUSES
 # Statuses in which a file's content is (or is being) indexed: attaching it again is a no-op.
-LIVE_STATUSES = ("in_progress", "completed")
-MAX_CHUNKING_JSON = 4096
+LIVE_STATUSES = (IN_PROGRESS, COMPLETED)
 
 _SELECT = """
 SELECT cf.file_id, cf.status, cf.created_at, f.filename, cf.attributes, cf.chunking_json,
@@ -52,7 +62,7 @@ def _to_record(
         created_at=created_at,
         filename=filename,
         attributes=json.loads(attributes),
-        chunking_json=chunking,
+        chunking=decode_chunking(chunking),
         chunk_count=chunk_count,
         usage_bytes=usage,
         last_error=LastError(error_code, error_message) if status == "failed" else None,
@@ -73,17 +83,30 @@ def fetch(
     return _to_record(row, collection_id, deduplicated=deduplicated)
 
 
-def check_chunking_json(chunking_json: str) -> None:
-    if not chunking_json:
-        return
-    if len(chunking_json) > MAX_CHUNKING_JSON:
-        raise InvalidArgument(f"chunking_json is longer than {MAX_CHUNKING_JSON} characters")
-    try:
-        parsed = json.loads(chunking_json)
-    except ValueError:
-        raise InvalidArgument("chunking_json is not valid JSON") from None
-    if not isinstance(parsed, dict):
-        raise InvalidArgument("chunking_json must be a JSON object")
+def encode_chunking(chunking: Chunking | None) -> str:
+    """The strategy as OpenAI reports it (a resolved "static" one), for the chunking column;
+    raises InvalidArgument for sizes OpenAI does not allow."""
+    if chunking is None:
+        return ""
+    size, overlap = chunking.max_tokens, chunking.overlap_tokens
+    if not MIN_CHUNK_TOKENS <= size <= MAX_CHUNK_TOKENS:
+        raise InvalidArgument(
+            f"max_chunk_size_tokens must be {MIN_CHUNK_TOKENS}..{MAX_CHUNK_TOKENS}, got {size}"
+        )
+    if not 0 <= overlap <= size // 2:
+        raise InvalidArgument(
+            f"chunk_overlap_tokens must be 0..{size // 2} (half of max_chunk_size_tokens), "
+            f"got {overlap}"
+        )
+    static = {"max_chunk_size_tokens": size, "chunk_overlap_tokens": overlap}
+    return json.dumps({"type": "static", "static": static})
+
+
+def decode_chunking(raw: str) -> Chunking | None:
+    if not raw:
+        return None
+    static = json.loads(raw)["static"]
+    return Chunking(static["max_chunk_size_tokens"], static["chunk_overlap_tokens"])
 
 
 def attach_in_transaction(
@@ -157,20 +180,42 @@ def attach(
     conn: apsw.Connection,
     *,
     collection_id: str,
-    file_id: str,
+    file_id: str = "",
+    upload: NewFile | None = None,
     attributes: Mapping[str, AttributeValue],
-    chunking_json: str,
+    chunking: Chunking | None,
     now: int,
-    model: str = "",
-    dimensions: int = 0,
+    model: EmbeddingModel | None = None,
 ) -> CollectionFile:
-    """Attaches with an ingest job. A `model` (with its dimension) must be the collection's."""
+    """Attaches a stored file (`file_id`), or stores and attaches an `upload`, with an ingest
+    job, in one transaction. A `model` must be the collection's (check_indexing).
+
+    An upload whose content the collection already holds stores nothing: the file indexed or
+    being indexed is returned, marked deduplicated; a failed or cancelled one with that
+    content is attached again instead of storing a second copy.
+    """
     attributes_json = ingest.attributes_json(attributes)
-    check_chunking_json(chunking_json)
+    chunking_json = encode_chunking(chunking)
+    new: File | None = None
+    if upload is not None:
+        new = files.new_record(
+            filename=upload.filename, purpose=upload.purpose, content=upload.content, now=now
+        )
+    elif not file_id:
+        raise InvalidArgument("file_id is required")
     with atomic(conn):
         key, collection = catalog.lookup(conn, collection_id)
-        if model:
-            check_indexing_model(collection, model, dimensions)
+        if model is not None:
+            check_indexing(collection, model.name, model.dimensions)
+        if new is not None:
+            twin = _by_content(conn, key, new.sha256)
+            if twin is not None and twin[1] in LIVE_STATUSES:
+                return fetch(conn, key, collection_id, twin[0], deduplicated=True)
+            if twin is not None:
+                file_id = twin[0]
+            else:
+                files.insert(conn, new, upload.content if upload else b"")
+                file_id = new.id
         record, _ = attach_in_transaction(
             conn,
             key,
@@ -182,6 +227,17 @@ def attach(
             now=now,
         )
     return record
+
+
+def _by_content(conn: apsw.Connection, key: int, sha256: str) -> tuple[str, str] | None:
+    """(file id, status) of the collection's file with this content: one in progress or
+    completed if any, else a failed or cancelled one."""
+    row = conn.execute(
+        "SELECT file_id, status FROM collection_files WHERE collection_id = ? AND sha256 = ?"
+        " ORDER BY status NOT IN ('in_progress', 'completed'), created_at, rowid LIMIT 1",
+        (key, sha256),
+    ).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]))
 
 
 def get(conn: apsw.Connection, collection_id: str, file_id: str) -> CollectionFile:
@@ -197,12 +253,8 @@ def find_by_content(
     progress or completed) if any, else a failed or cancelled one (to attach again)."""
     with atomic(conn, write=False):
         key, _ = catalog.lookup(conn, collection_id)
-        row = conn.execute(
-            "SELECT file_id FROM collection_files WHERE collection_id = ? AND sha256 = ?"
-            " ORDER BY status NOT IN ('in_progress', 'completed'), created_at, rowid LIMIT 1",
-            (key, sha256),
-        ).fetchone()
-        return None if row is None else fetch(conn, key, collection_id, row[0])
+        found = _by_content(conn, key, sha256)
+        return None if found is None else fetch(conn, key, collection_id, found[0])
 
 
 def list_page(

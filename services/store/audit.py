@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import apsw
 
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
-from services.store.records import Page
+from services.store.records import AuditEntry, Page
 
 OPERATIONS = ("search", "ingest")
 MAX_RECORD = 1000
@@ -28,24 +27,6 @@ PRUNE_BATCH = 10_000
 _DAY_SECONDS = 86400
 # id, at, operation, collection_id, k, latency_ms, result_count, degraded, detail
 _Row = tuple[int, float, str, str, int, float, int, int, str]
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    # Unix seconds (fractional) when the call was made.
-    at: float
-    # "search" or "ingest".
-    operation: str
-    # Public vector store id.
-    collection_id: str = ""
-    k: int = 0
-    latency_ms: float = 0.0
-    result_count: int = 0
-    degraded: bool = False
-    # e.g. the file id and outcome of an ingest, or the search mode.
-    detail: str = ""
-    # Assigned by the store; 0 before the entry is recorded.
-    id: int = 0
 
 
 def _check(entry: AuditEntry, index: int) -> None:

@@ -8,14 +8,14 @@ from typing import cast
 
 import apsw
 
+from services.common.vocabulary import MAX_BATCH_FILES
 from services.store import attachments, catalog, ingest
-from services.store.compat import check_indexing_model
+from services.store.compat import check_indexing
 from services.store.db import atomic
 from services.store.errors import BatchNotFound, FileNotFound, InvalidArgument
-from services.store.records import BatchFileInput, FileBatch, FileCounts
+from services.store.records import BatchFileInput, EmbeddingModel, FileBatch, FileCounts
 
 ID_PREFIX = "vsfb_"
-MAX_BATCH_FILES = 2000
 
 
 def _load(conn: apsw.Connection, key: int, collection_id: str, batch_id: str) -> FileBatch:
@@ -55,13 +55,12 @@ def create(
     collection_id: str,
     files: Sequence[BatchFileInput],
     now: int,
-    model: str = "",
-    dimensions: int = 0,
+    model: EmbeddingModel | None = None,
 ) -> FileBatch:
     """Attaches every file (same deduplication as a single attach) in one transaction.
 
     Newly attached and re-attached files record the batch; deduplicated ones keep their row.
-    A `model` (with its dimension) must be the collection's.
+    A `model` must be the collection's (check_indexing).
     """
     if not 1 <= len(files) <= MAX_BATCH_FILES:
         raise InvalidArgument(f"a file batch holds 1..{MAX_BATCH_FILES} files, got {len(files)}")
@@ -69,13 +68,18 @@ def create(
     for item in files:
         if not item.file_id:
             raise InvalidArgument("every file in a batch needs a file_id")
-        attachments.check_chunking_json(item.chunking_json)
-        prepared.append((item, ingest.attributes_json(item.attributes)))
+        prepared.append(
+            (
+                item,
+                ingest.attributes_json(item.attributes),
+                attachments.encode_chunking(item.chunking),
+            )
+        )
     batch_id = ID_PREFIX + secrets.token_hex(12)
     with atomic(conn):
         key, collection = catalog.lookup(conn, collection_id)
-        if model:
-            check_indexing_model(collection, model, dimensions)
+        if model is not None:
+            check_indexing(collection, model.name, model.dimensions)
         for item in files:
             found = conn.execute("SELECT 1 FROM files WHERE id = ?", (item.file_id,)).fetchone()
             if found is None:
@@ -84,14 +88,14 @@ def create(
             "INSERT INTO file_batches (id, collection_id, created_at) VALUES (?, ?, ?)",
             (batch_id, key, now),
         )
-        for item, attributes_json in prepared:
+        for item, attributes_json, chunking_json in prepared:
             attachments.attach_in_transaction(
                 conn,
                 key,
                 collection_id,
                 item.file_id,
                 attributes_json=attributes_json,
-                chunking_json=item.chunking_json,
+                chunking_json=chunking_json,
                 batch_id=batch_id,
                 now=now,
             )

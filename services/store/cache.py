@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import cast
 
 import apsw
@@ -19,6 +18,7 @@ import apsw
 from services.store.catalog import MAX_DIMENSIONS
 from services.store.db import atomic, try_write
 from services.store.errors import InvalidArgument
+from services.store.records import CacheCounters, CacheSize
 
 DEFAULT_MAX_ENTRIES = 100_000
 # Hashes per call: callers split larger lookups (a reply stays far below gRPC's message cap).
@@ -32,14 +32,6 @@ TOUCH_SECONDS = 3600
 EVICT_BATCH = 5000
 EVICT_SLACK = 0.1
 _FLOAT_BYTES = 4
-
-
-@dataclass(frozen=True)
-class CacheCounters:
-    hits: int
-    misses: int
-    stored: int
-    evicted: int
 
 
 class Counters:
@@ -195,14 +187,6 @@ def _evict(conn: apsw.Connection, limit: int) -> int:
             (limit,),
         )
         return conn.total_changes() - before
-
-
-@dataclass(frozen=True)
-class CacheSize:
-    entries: int
-    # Vector bytes (the 32-byte keys and row overhead not included).
-    bytes: int
-    models: int
 
 
 def size(conn: apsw.Connection) -> CacheSize:

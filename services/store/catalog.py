@@ -195,8 +195,10 @@ def list_page(
     order: str,
     after: str | None,
     before: str | None,
+    name: str | None = None,
 ) -> Page[Collection]:
-    """One page in creation order ("asc" oldest first, "desc" newest first).
+    """One page in creation order ("asc" oldest first, "desc" newest first), of the
+    collections called `name` if given.
 
     `after` pages forward from a collection id (exclusive). `before` returns the `limit` items
     immediately preceding it in the same order; there `has_more` means more items precede the
@@ -208,7 +210,10 @@ def list_page(
         raise InvalidArgument(f"order must be 'asc' or 'desc', got {order!r}")
     ascending = order == "asc"
     conditions: list[str] = []
-    params: list[int] = []
+    params: list[int | str] = []
+    if name is not None:
+        conditions.append("name = ?")
+        params.append(name)
     if after:
         conditions.append("id > ?" if ascending else "id < ?")
         params.append(_cursor_key(conn, after, "after"))

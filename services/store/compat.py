@@ -1,46 +1,64 @@
-"""Whether vectors fit a collection: same model, same dimension, usable for cosine distance."""
+"""The one model rule: vectors join or query a collection only if they come from the model it
+was indexed with, at its dimension; and only vectors usable for cosine distance."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 from services.common.vectors import FloatMatrix
 from services.store.errors import DimensionMismatch, InvalidArgument, ModelMismatch
-from services.store.records import Collection
+from services.store.records import Collection, EmbeddingModel
 
 
-def check_compatible(collection: Collection, model: str, dimensions: int, *, query: bool) -> None:
-    """Raises ModelMismatch or DimensionMismatch with what to do about it.
-
-    An empty `model` skips the model check (the dimension is always checked).
-    """
-    indexed = (
+def _check(collection: Collection, model: str, dimensions: int, remedy: str) -> None:
+    if (not model or model == collection.model) and dimensions == collection.dimensions:
+        return
+    given = f"{model} ({dimensions} dims)" if model else f"{dimensions}-dim vectors"
+    message = (
         f"vector store {collection.id!r} was indexed with {collection.model} "
-        f"({collection.dimensions} dims)"
-    )
-    what = "a query vector" if query else "vectors"
-    source = f" from {model}" if model else ""
-    remedy = (
-        f"embed the query with {collection.model} (search from a ragd whose embedder serves it), "
-        "or create a new vector store and attach the files again"
-        if query
-        else "create a new store or re-embed"
+        f"({collection.dimensions} dims), not {given}; {remedy}"
     )
     if model and model != collection.model:
-        raise ModelMismatch(f"{indexed} but got {what} from {model}; {remedy}")
-    if dimensions != collection.dimensions:
-        raise DimensionMismatch(f"{indexed} but got {dimensions}-dim {what}{source}; {remedy}")
+        raise ModelMismatch(message)
+    raise DimensionMismatch(message)
 
 
-def check_indexing_model(collection: Collection, model: str, dimensions: int) -> None:
-    """Raises ModelMismatch unless files embedded with `model` can join the collection."""
-    if model == collection.model and dimensions == collection.dimensions:
+def check_indexing(collection: Collection, model: str, dimensions: int) -> None:
+    """Files embedded with `model` at `dimensions` may join the collection (at attach, at
+    claim and when their vectors are written); raises ModelMismatch or DimensionMismatch."""
+    _check(
+        collection,
+        model,
+        dimensions,
+        f"index it from a ragd whose embedder serves {collection.model}, or attach the files "
+        f"to a vector store created with {model or 'that model'}",
+    )
+
+
+def check_served(collection: Collection, models: Sequence[EmbeddingModel]) -> None:
+    """One of `models` (those a worker embeds with) can index the collection's files."""
+    if any((m.name, m.dimensions) == (collection.model, collection.dimensions) for m in models):
         return
+    if len(models) == 1:
+        check_indexing(collection, models[0].name, models[0].dimensions)
+    served = ", ".join(f"{m.name} ({m.dimensions} dims)" for m in models)
     raise ModelMismatch(
         f"vector store {collection.id!r} was indexed with {collection.model} "
-        f"({collection.dimensions} dims) but this server embeds with {model} ({dimensions} dims);"
-        f" attach the file to a vector store created with {model}, or index into this one "
+        f"({collection.dimensions} dims), which no embedder here serves ({served}); index it "
         f"from a ragd whose embedder serves {collection.model}"
+    )
+
+
+def check_query(collection: Collection, model: str, dimensions: int) -> None:
+    """A query vector from `model` (empty: not checked) at `dimensions` can search it."""
+    _check(
+        collection,
+        model,
+        dimensions,
+        f"search it from a ragd whose embedder serves {collection.model}, or create a vector "
+        f"store with {model or 'that model'} and attach the files to it",
     )
 
 

@@ -38,12 +38,13 @@ def lookup(conn: apsw.Connection, file_id: str) -> File:
     return _to_file(row)
 
 
-def create(conn: apsw.Connection, *, filename: str, purpose: str, content: bytes, now: int) -> File:
+def new_record(*, filename: str, purpose: str, content: bytes, now: int) -> File:
+    """A file not yet written, with a fresh id; raises InvalidArgument for missing fields."""
     if not filename:
         raise InvalidArgument("filename is required")
     if not purpose:
         raise InvalidArgument("purpose is required, e.g. 'assistants'")
-    file = File(
+    return File(
         id=ID_PREFIX + secrets.token_hex(12),
         filename=filename,
         bytes=len(content),
@@ -51,15 +52,22 @@ def create(conn: apsw.Connection, *, filename: str, purpose: str, content: bytes
         purpose=purpose,
         sha256=hashlib.sha256(content).hexdigest(),
     )
+
+
+def insert(conn: apsw.Connection, file: File, content: bytes) -> None:
+    """Writes the file and its bytes (inside a transaction)."""
+    conn.execute(
+        "INSERT INTO files (id, filename, bytes, created_at, purpose, sha256)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (file.id, file.filename, file.bytes, file.created_at, file.purpose, file.sha256),
+    )
+    conn.execute("INSERT INTO file_contents (file_id, content) VALUES (?, ?)", (file.id, content))
+
+
+def create(conn: apsw.Connection, *, filename: str, purpose: str, content: bytes, now: int) -> File:
+    file = new_record(filename=filename, purpose=purpose, content=content, now=now)
     with atomic(conn):
-        conn.execute(
-            "INSERT INTO files (id, filename, bytes, created_at, purpose, sha256)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (file.id, file.filename, file.bytes, file.created_at, file.purpose, file.sha256),
-        )
-        conn.execute(
-            "INSERT INTO file_contents (file_id, content) VALUES (?, ?)", (file.id, content)
-        )
+        insert(conn, file, content)
     return file
 
 

@@ -12,7 +12,7 @@ import apsw
 from services.common.vectors import FloatMatrix, to_bytes
 from services.store import vector_index
 from services.store.catalog import lookup
-from services.store.compat import check_compatible, check_vectors
+from services.store.compat import check_indexing, check_vectors
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.records import AddChunksResult, AttributeValue, ChunkInput
@@ -49,6 +49,10 @@ def check_chunks(chunks: Sequence[ChunkInput], vectors: FloatMatrix) -> None:
         if chunk.token_count < 0:
             raise InvalidArgument(f"chunk {index} has a negative token_count")
     check_vectors(vectors, "vector")
+
+
+def chunk_public_id(key: int) -> str:
+    return f"chunk_{key:d}"
 
 
 def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
@@ -113,7 +117,7 @@ def add_chunks(
 
     with atomic(conn):
         key, collection = lookup(conn, collection_id)
-        check_compatible(collection, model, dimensions, query=False)
+        check_indexing(collection, model, dimensions)
         previous = conn.execute(
             "SELECT chunk_count, usage_bytes FROM collection_files"
             " WHERE collection_id = ? AND file_id = ?",

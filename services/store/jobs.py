@@ -16,11 +16,12 @@ from typing import Any
 import apsw
 
 from services.common.vectors import FloatMatrix
+from services.common.vocabulary import FILE_ERROR_CODES
 from services.store import attachments, catalog, ingest
-from services.store.compat import check_compatible
+from services.store.compat import check_indexing, check_served
 from services.store.db import atomic
-from services.store.errors import InvalidArgument, JobNotFound, LeaseLost
-from services.store.records import ChunkInput, ClaimedJob, CollectionFile
+from services.store.errors import InvalidArgument, JobNotFound, LeaseLost, ModelMismatch
+from services.store.records import ChunkInput, ClaimedJob, CollectionFile, EmbeddingModel
 
 # Claims of one job before its file fails (worker crashes count: each reclaim is a claim).
 MAX_ATTEMPTS = 5
@@ -29,7 +30,7 @@ MAX_LEASE_SECONDS = 3600
 MAX_RETRY_AFTER_SECONDS = 86400
 # Contents handed out by one claim beyond the first job (gRPC messages are capped at 64 MiB).
 MAX_CLAIM_BYTES = 32 * 1024 * 1024
-ERROR_CODES = ("server_error", "unsupported_file", "invalid_file")
+ERROR_CODES = FILE_ERROR_CODES
 MAX_ERROR_MESSAGE = 1000
 
 # Jobs a worker may take now: due pending ones, and leases that expired (their worker died),
@@ -37,11 +38,12 @@ MAX_ERROR_MESSAGE = 1000
 # it reads only the live jobs (the partial index) and looks their files up, never scanning
 # finished jobs or every file of every collection.
 _CLAIMABLE_SQL = """
-SELECT j.id, j.collection_id, j.file_id, j.attempts, j.state, f.bytes
+SELECT j.id, j.collection_id, j.file_id, j.attempts, j.state, f.bytes, c.model, c.dimensions
 FROM jobs AS j INDEXED BY jobs_live
 CROSS JOIN collection_files AS cf
     ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id
 JOIN files AS f ON f.id = j.file_id
+JOIN collections AS c ON c.id = j.collection_id
 WHERE j.state <> 'done' AND cf.status = 'in_progress'
   AND ((j.state = 'pending' AND j.next_attempt_at <= ?)
        OR (j.state = 'leased' AND j.lease_expires_at <= ?))
@@ -93,13 +95,16 @@ def claim(
     max_jobs: int,
     lease_seconds: int,
     now: int,
+    models: Sequence[EmbeddingModel] = (),
     max_attempts: int = MAX_ATTEMPTS,
 ) -> list[ClaimedJob]:
     """Leases up to max_jobs jobs to the worker, with their files' contents.
 
     One write transaction (taken up front) picks and leases the jobs, so concurrent claimers
     never share one. A job whose lease expired after its last allowed attempt is not handed
-    out again: its file fails (the workers keep dying on it).
+    out again: its file fails (the workers keep dying on it). With `models` (what the worker
+    embeds with), a job of a collection indexed with another model fails too, in the words
+    of the model rule (compat.check_served), rather than being embedded with the wrong one.
     """
     _check_lease_args(worker_id, lease_seconds)
     if not 1 <= max_jobs <= MAX_CLAIM:
@@ -113,7 +118,7 @@ def claim(
             ).fetchall()
             if not rows:
                 break
-            for job_id, key, file_id, attempts, state, size in rows:
+            for job_id, key, file_id, attempts, state, size, model, dimensions in rows:
                 if state == "leased" and attempts >= max_attempts:
                     message = (
                         f"indexing was abandoned {attempts} times (its worker stopped "
@@ -121,6 +126,12 @@ def claim(
                     )
                     _fail_file(conn, job_id, key, file_id, "server_error", message)
                     continue
+                if models and EmbeddingModel(model, dimensions) not in models:
+                    try:
+                        check_served(catalog.lookup_key(conn, key), models)
+                    except ModelMismatch as error:
+                        _fail_file(conn, job_id, key, file_id, "server_error", str(error))
+                        continue
                 if claimed and size > budget:
                     return claimed
                 budget -= size
@@ -138,7 +149,7 @@ def claim(
                         file_id=row[2],
                         filename=row[3],
                         content=bytes(row[4]),
-                        chunking_json=row[5],
+                        chunking=attachments.decode_chunking(row[5]),
                         model=row[6],
                         dimensions=row[7],
                         attempt=row[8],
@@ -206,7 +217,7 @@ def complete(
     with atomic(conn):
         job = _held(conn, job_id, worker_id)
         collection = catalog.lookup_key(conn, job.key)
-        check_compatible(collection, model, dimensions, query=False)
+        check_indexing(collection, model, dimensions)
         # An in-progress file has no chunks; this only guards against an earlier bug's leftovers.
         ingest.delete_chunks(conn, job.key, job.file_id)
         ingest.insert_chunks(conn, job.key, job.file_id, chunks, vectors)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -14,6 +14,7 @@ import sqlite_vec
 from services.store import audit, cache, vector_index
 from services.store.db import atomic
 from services.store.errors import BackupExists, InvalidArgument
+from services.store.records import BackupResult, CollectionStats, DatabaseStats, VacuumResult
 from services.store.vector_index import vec_table
 
 BACKUP_SUFFIX = ".db"
@@ -21,56 +22,6 @@ BACKUP_SUFFIX = ".db"
 _LIVE_JOBS = (
     "SELECT count(*) FROM jobs INDEXED BY jobs_live WHERE state <> 'done' AND state = '{state}'"
 )
-
-
-@dataclass(frozen=True)
-class BackupResult:
-    path: Path
-    bytes: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class VacuumResult:
-    bytes_before: int
-    bytes_after: int
-    seconds: float
-    # Vector stores whose vec0 table was rebuilt to drop the slots of deleted vectors.
-    compacted: int
-
-
-@dataclass(frozen=True)
-class CollectionStats:
-    id: str
-    name: str
-    model: str
-    dimensions: int
-    files: int
-    chunks: int
-    # Rows in the vector table (equal to chunks in a consistent database).
-    vectors: int
-    # Vector slots the vec0 table has allocated; above `vectors` after deletions until vacuum.
-    vector_slots: int
-    usage_bytes: int
-
-
-@dataclass(frozen=True)
-class DatabaseStats:
-    schema_version: int
-    # The database file, its write-ahead log, and the free pages inside the file.
-    db_bytes: int
-    wal_bytes: int
-    free_bytes: int
-    collections: list[CollectionStats]
-    files: int
-    file_bytes: int
-    chunks: int
-    vectors: int
-    usage_bytes: int
-    jobs_pending: int
-    jobs_leased: int
-    cache: cache.CacheSize
-    audit_entries: int
 
 
 def file_bytes(path: Path) -> tuple[int, int]:

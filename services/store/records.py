@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Generic, TypeVar
 
 # OpenAI allows string, number and boolean attribute values.
@@ -100,6 +101,29 @@ class LastError:
 
 
 @dataclass(frozen=True)
+class Chunking:
+    """A static chunking strategy (OpenAI's "auto" is resolved to sizes by the gateway)."""
+
+    max_tokens: int
+    overlap_tokens: int
+
+
+@dataclass(frozen=True)
+class EmbeddingModel:
+    name: str
+    dimensions: int
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """An upload to store and attach in one step."""
+
+    filename: str
+    content: bytes
+    purpose: str = "assistants"
+
+
+@dataclass(frozen=True)
 class CollectionFile:
     file_id: str
     collection_id: str
@@ -108,7 +132,8 @@ class CollectionFile:
     created_at: int
     filename: str
     attributes: dict[str, AttributeValue]
-    chunking_json: str
+    # None for files written by AddChunks.
+    chunking: Chunking | None
     chunk_count: int
     usage_bytes: int
     # Set only while the status is failed.
@@ -130,7 +155,7 @@ class StoredChunk:
 class BatchFileInput:
     file_id: str
     attributes: Attributes = field(default_factory=dict)
-    chunking_json: str = ""
+    chunking: Chunking | None = None
 
 
 @dataclass(frozen=True)
@@ -150,9 +175,109 @@ class ClaimedJob:
     file_id: str
     filename: str
     content: bytes
-    chunking_json: str
+    chunking: Chunking | None
     # The collection's embedding model and dimension.
     model: str
     dimensions: int
     # 1 for the first claim.
     attempt: int
+
+
+# Operations: embedding cache, audit log, stats, backup and vacuum.
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    # Unix seconds (fractional) when the call was made.
+    at: float
+    # "search" or "ingest".
+    operation: str
+    # Public vector store id.
+    collection_id: str = ""
+    k: int = 0
+    latency_ms: float = 0.0
+    result_count: int = 0
+    degraded: bool = False
+    # e.g. the file id and outcome of an ingest, or the search mode.
+    detail: str = ""
+    # Assigned by the store; 0 before the entry is recorded.
+    id: int = 0
+
+
+@dataclass(frozen=True)
+class CacheCounters:
+    hits: int
+    misses: int
+    stored: int
+    evicted: int
+
+
+@dataclass(frozen=True)
+class CacheSize:
+    entries: int
+    # Vector bytes (the 32-byte keys and row overhead not included).
+    bytes: int
+    models: int
+
+
+@dataclass(frozen=True)
+class BackupResult:
+    path: Path
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+    # Vector stores whose vec0 table was rebuilt to drop the slots of deleted vectors.
+    compacted: int
+
+
+@dataclass(frozen=True)
+class CollectionStats:
+    id: str
+    name: str
+    model: str
+    dimensions: int
+    files: int
+    chunks: int
+    # Rows in the vector table (equal to chunks in a consistent database).
+    vectors: int
+    # Vector slots the vec0 table has allocated; above `vectors` after deletions until vacuum.
+    vector_slots: int
+    usage_bytes: int
+
+
+@dataclass(frozen=True)
+class DatabaseStats:
+    schema_version: int
+    # The database file, its write-ahead log, and the free pages inside the file.
+    db_bytes: int
+    wal_bytes: int
+    free_bytes: int
+    collections: list[CollectionStats]
+    files: int
+    file_bytes: int
+    chunks: int
+    vectors: int
+    usage_bytes: int
+    jobs_pending: int
+    jobs_leased: int
+    cache: CacheSize
+    audit_entries: int
+
+
+@dataclass(frozen=True)
+class Stats:
+    database: DatabaseStats
+    # Since the store started.
+    cache_counters: CacheCounters
+    cache_max_entries: int
+
+    @property
+    def cache_hit_rate(self) -> float:
+        lookups = self.cache_counters.hits + self.cache_counters.misses
+        return self.cache_counters.hits / lookups if lookups else 0.0

@@ -1,51 +1,73 @@
-"""The store's core API over one SQLite database: collections, files, ingest jobs, search.
+"""The store's core API over one SQLite database: collections, files, ingest jobs, search and
+operations (embedding cache, audit log, stats, backup, vacuum).
 
-Thread-safe: each calling thread gets its own connection. No gRPC here; the servicer adapts it.
+One facade: each method runs one module function on the calling thread's own connection (so
+it is thread-safe) with the store's clock and settings. No gRPC here; store/wire adapts it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import apsw
 import numpy as np
 import numpy.typing as npt
 
+from services.common.vocabulary import VECTOR
 from services.store import (
     attachments,
+    audit,
     batches,
+    cache,
     catalog,
     files,
-    fusion,
     ingest,
     jobs,
-    lexical,
+    maintenance,
     migrations,
     search,
     vector_index,
 )
 from services.store.db import ThreadConnections
-from services.store.errors import InvalidArgument
-from services.store.filters import Filter
-from services.store.operations import Operations, OperationsSettings
+from services.store.errors import MaintenanceRunning
 from services.store.records import (
     AddChunksResult,
     AttributeValue,
+    AuditEntry,
+    BackupResult,
     BatchFileInput,
+    Chunking,
     ChunkInput,
     ClaimedJob,
     Collection,
     CollectionFile,
+    EmbeddingModel,
     File,
     FileBatch,
+    NewFile,
     Page,
     SearchHit,
+    Stats,
     StoredChunk,
+    VacuumResult,
 )
+from services.store.search.filters import Filter
 
 DEFAULT_LIST_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class OperationsSettings:
+    # None: `backups/` beside the database.
+    backup_dir: Path | None = None
+    cache_max_entries: int = cache.DEFAULT_MAX_ENTRIES
+    audit_retention_days: int = audit.DEFAULT_RETENTION_DAYS
 
 
 class Repository:
@@ -59,32 +81,53 @@ class Repository:
     ) -> None:
         self._connections = ThreadConnections(path)
         self.index = index or vector_index.IndexSettings()
+        self._settings = operations or OperationsSettings()
         # Builds in progress: collection key -> last rowid copied.
         self._builds: dict[int, int] = {}
         self._clock = clock
         self._max_attempts = max_attempts
-        # Embedding cache, audit log, stats, backup and vacuum.
-        self.ops = Operations(self._connections, clock, operations or OperationsSettings())
+        self._cache_counters = cache.Counters()
+        self._maintenance = threading.Lock()
+        self._next_prune = 0.0
 
     @property
     def path(self) -> Path:
         return self._connections.path
 
+    @property
+    def backup_dir(self) -> Path:
+        configured = self._settings.backup_dir
+        return configured if configured is not None else self.path.parent / "backups"
+
     def _now(self) -> int:
         return int(self._clock())
 
+    def _conn(self) -> apsw.Connection:
+        return self._connections.get()
+
     def migrate(self) -> int:
         """Brings the schema up to date; returns its version. Raises DatabaseTooNew."""
-        return migrations.migrate(self._connections.get())
+        return migrations.migrate(self._conn())
 
     def close(self) -> None:
         self._connections.close()
+
+    def __enter__(self) -> Repository:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def build_indexes(self, budget_seconds: float = 0.5) -> bool:
         """Advances coarse index builds (vector_index.py) for about `budget_seconds`, one
         short transaction at a time; True while work remains. The server calls it from a
         background loop; one caller at a time."""
-        conn = self._connections.get()
+        conn = self._conn()
         deadline = time.monotonic() + budget_seconds
         pending = vector_index.pending_builds(conn, self.index)
         self._builds = {key: self._builds.get(key, 0) for key in pending}
@@ -99,16 +142,7 @@ class Repository:
             del self._builds[key]
         return bool(self._builds)
 
-    def __enter__(self) -> Repository:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+    # Collections
 
     def create_collection(
         self,
@@ -120,7 +154,7 @@ class Repository:
         expires_days: int = 0,
     ) -> Collection:
         return catalog.create(
-            self._connections.get(),
+            self._conn(),
             name=name,
             model=model,
             dimensions=dimensions,
@@ -139,11 +173,11 @@ class Repository:
     ) -> Collection:
         """Changes the fields given; `expires` is (anchor, days), ("", 0) for never."""
         return catalog.update(
-            self._connections.get(), collection_id, name=name, metadata=metadata, expires=expires
+            self._conn(), collection_id, name=name, metadata=metadata, expires=expires
         )
 
     def get_collection(self, collection_id: str) -> Collection:
-        return catalog.lookup(self._connections.get(), collection_id)[1]
+        return catalog.lookup(self._conn(), collection_id)[1]
 
     def list_collections(
         self,
@@ -151,13 +185,14 @@ class Repository:
         order: str = "desc",
         after: str | None = None,
         before: str | None = None,
+        name: str | None = None,
     ) -> Page[Collection]:
         return catalog.list_page(
-            self._connections.get(), limit=limit, order=order, after=after, before=before
+            self._conn(), limit=limit, order=order, after=after, before=before, name=name
         )
 
     def delete_collection(self, collection_id: str) -> None:
-        catalog.delete(self._connections.get(), collection_id)
+        catalog.delete(self._conn(), collection_id)
 
     def add_chunks(
         self,
@@ -170,7 +205,7 @@ class Repository:
         model: str,
     ) -> AddChunksResult:
         return ingest.add_chunks(
-            self._connections.get(),
+            self._conn(),
             collection_id=collection_id,
             file_id=file_id,
             filename=filename,
@@ -189,52 +224,22 @@ class Repository:
         score_threshold: float = 0.0,
         model: str = "",
         filter: Filter | None = None,
-        mode: str = search.VECTOR,
+        mode: str = VECTOR,
         query_text: str = "",
         exact: bool = False,
     ) -> list[SearchHit]:
-        """`mode` is one of search.MODES (empty: vector); lexical uses only `query_text`,
-        vector only `query`, hybrid both. `exact` skips the coarse index."""
-        mode = mode or search.VECTOR
-        if mode not in search.MODES:
-            raise InvalidArgument(f"mode must be one of {', '.join(search.MODES)}, got {mode!r}")
-        conn, now = self._connections.get(), self._now()
-        if mode == search.LEXICAL:
-            return lexical.matches(
-                conn,
-                collection_id=collection_id,
-                text=query_text,
-                k=k,
-                score_threshold=score_threshold,
-                now=now,
-                filter=filter,
-            )
-        vector = np.asarray(query if query is not None else [], dtype=np.float32)
-        if vector.size == 0:
-            raise InvalidArgument(f"{mode} search needs a query vector")
-        if mode == search.HYBRID:
-            return fusion.hybrid(
-                conn,
-                collection_id=collection_id,
-                query=vector,
-                text=query_text,
-                k=k,
-                score_threshold=score_threshold,
-                model=model,
-                now=now,
-                filter=filter,
-                index=self.index,
-                exact=exact,
-            )
-        return search.nearest(
-            conn,
+        """See search.run: `mode` vector (or empty), lexical or hybrid."""
+        return search.run(
+            self._conn(),
             collection_id=collection_id,
-            query=vector,
+            mode=mode,
+            query=None if query is None else np.asarray(query, dtype=np.float32),
+            text=query_text,
             k=k,
             score_threshold=score_threshold,
             model=model,
-            now=now,
             filter=filter,
+            now=self._now(),
             index=self.index,
             exact=exact,
         )
@@ -243,18 +248,14 @@ class Repository:
 
     def create_file(self, filename: str, purpose: str, content: bytes) -> File:
         return files.create(
-            self._connections.get(),
-            filename=filename,
-            purpose=purpose,
-            content=content,
-            now=self._now(),
+            self._conn(), filename=filename, purpose=purpose, content=content, now=self._now()
         )
 
     def get_file(self, file_id: str) -> File:
-        return files.get(self._connections.get(), file_id)
+        return files.get(self._conn(), file_id)
 
     def get_file_content(self, file_id: str) -> tuple[File, bytes]:
-        return files.content(self._connections.get(), file_id)
+        return files.content(self._conn(), file_id)
 
     def list_files(
         self,
@@ -263,41 +264,40 @@ class Repository:
         after: str | None = None,
         purpose: str | None = None,
     ) -> Page[File]:
-        return files.list_page(
-            self._connections.get(), limit=limit, order=order, after=after, purpose=purpose
-        )
+        return files.list_page(self._conn(), limit=limit, order=order, after=after, purpose=purpose)
 
     def delete_file(self, file_id: str) -> None:
         """Deletes the file and removes it from every collection."""
-        files.delete(self._connections.get(), file_id)
+        files.delete(self._conn(), file_id)
 
     # Files in collections
 
     def attach_file(
         self,
         collection_id: str,
-        file_id: str,
+        file_id: str = "",
         attributes: Mapping[str, AttributeValue] | None = None,
-        chunking_json: str = "",
-        model: str = "",
-        dimensions: int = 0,
+        chunking: Chunking | None = None,
+        model: EmbeddingModel | None = None,
+        upload: NewFile | None = None,
     ) -> CollectionFile:
+        """Attaches `file_id`, or stores and attaches `upload` (attachments.attach)."""
         return attachments.attach(
-            self._connections.get(),
+            self._conn(),
             collection_id=collection_id,
             file_id=file_id,
+            upload=upload,
             attributes=attributes or {},
-            chunking_json=chunking_json,
+            chunking=chunking,
             now=self._now(),
             model=model,
-            dimensions=dimensions,
         )
 
     def get_collection_file(self, collection_id: str, file_id: str) -> CollectionFile:
-        return attachments.get(self._connections.get(), collection_id, file_id)
+        return attachments.get(self._conn(), collection_id, file_id)
 
     def find_collection_file(self, collection_id: str, sha256: str) -> CollectionFile | None:
-        return attachments.find_by_content(self._connections.get(), collection_id, sha256)
+        return attachments.find_by_content(self._conn(), collection_id, sha256)
 
     def list_collection_files(
         self,
@@ -310,7 +310,7 @@ class Repository:
         batch_id: str | None = None,
     ) -> Page[CollectionFile]:
         return attachments.list_page(
-            self._connections.get(),
+            self._conn(),
             collection_id=collection_id,
             limit=limit,
             order=order,
@@ -324,21 +324,16 @@ class Repository:
         self, collection_id: str, file_id: str, attributes: Mapping[str, AttributeValue]
     ) -> CollectionFile:
         return attachments.update_attributes(
-            self._connections.get(),
-            collection_id=collection_id,
-            file_id=file_id,
-            attributes=attributes,
+            self._conn(), collection_id=collection_id, file_id=file_id, attributes=attributes
         )
 
     def detach_file(self, collection_id: str, file_id: str) -> None:
-        attachments.detach(self._connections.get(), collection_id=collection_id, file_id=file_id)
+        attachments.detach(self._conn(), collection_id=collection_id, file_id=file_id)
 
     def get_collection_file_chunks(
         self, collection_id: str, file_id: str
     ) -> tuple[CollectionFile, list[StoredChunk]]:
-        return attachments.chunks(
-            self._connections.get(), collection_id=collection_id, file_id=file_id
-        )
+        return attachments.chunks(self._conn(), collection_id=collection_id, file_id=file_id)
 
     # Batches
 
@@ -346,45 +341,47 @@ class Repository:
         self,
         collection_id: str,
         batch_files: Sequence[BatchFileInput],
-        model: str = "",
-        dimensions: int = 0,
+        model: EmbeddingModel | None = None,
     ) -> FileBatch:
         return batches.create(
-            self._connections.get(),
+            self._conn(),
             collection_id=collection_id,
             files=batch_files,
             now=self._now(),
             model=model,
-            dimensions=dimensions,
         )
 
     def get_file_batch(self, collection_id: str, batch_id: str) -> FileBatch:
-        return batches.get(self._connections.get(), collection_id=collection_id, batch_id=batch_id)
+        return batches.get(self._conn(), collection_id=collection_id, batch_id=batch_id)
 
     def cancel_file_batch(self, collection_id: str, batch_id: str) -> FileBatch:
         return batches.cancel(
-            self._connections.get(),
-            collection_id=collection_id,
-            batch_id=batch_id,
-            now=self._now(),
+            self._conn(), collection_id=collection_id, batch_id=batch_id, now=self._now()
         )
 
     # Ingest jobs
 
-    def claim_jobs(self, worker_id: str, max_jobs: int, lease_seconds: int) -> list[ClaimedJob]:
+    def claim_jobs(
+        self,
+        worker_id: str,
+        max_jobs: int,
+        lease_seconds: int,
+        models: Sequence[EmbeddingModel] = (),
+    ) -> list[ClaimedJob]:
         return jobs.claim(
-            self._connections.get(),
+            self._conn(),
             worker_id=worker_id,
             max_jobs=max_jobs,
             lease_seconds=lease_seconds,
             now=self._now(),
+            models=models,
             max_attempts=self._max_attempts,
         )
 
     def renew_job(self, job_id: int, worker_id: str, lease_seconds: int) -> int:
         """Extends the lease; returns its new expiry (unix seconds)."""
         return jobs.renew(
-            self._connections.get(),
+            self._conn(),
             job_id=job_id,
             worker_id=worker_id,
             lease_seconds=lease_seconds,
@@ -400,7 +397,7 @@ class Repository:
         model: str,
     ) -> CollectionFile:
         return jobs.complete(
-            self._connections.get(),
+            self._conn(),
             job_id=job_id,
             worker_id=worker_id,
             chunks=chunks,
@@ -418,7 +415,7 @@ class Repository:
         retry_after_seconds: int = 0,
     ) -> CollectionFile:
         return jobs.fail(
-            self._connections.get(),
+            self._conn(),
             job_id=job_id,
             worker_id=worker_id,
             code=code,
@@ -427,3 +424,98 @@ class Repository:
             now=self._now(),
             max_attempts=self._max_attempts,
         )
+
+    # Embedding cache
+
+    def get_cached_embeddings(
+        self, model_key: str, dimensions: int, hashes: Sequence[bytes]
+    ) -> list[bytes | None]:
+        if self._settings.cache_max_entries <= 0:
+            found: list[bytes | None] = [None] * len(hashes)
+        else:
+            found = cache.get(
+                self._conn(),
+                model_key=model_key,
+                dimensions=dimensions,
+                hashes=hashes,
+                now=self._now(),
+            )
+        hits = sum(1 for vector in found if vector is not None)
+        self._cache_counters.add(hits=hits, misses=len(found) - hits)
+        return found
+
+    def put_cached_embeddings(
+        self, model_key: str, dimensions: int, hashes: Sequence[bytes], vectors: bytes
+    ) -> tuple[int, int]:
+        """Returns (entries stored, entries evicted)."""
+        stored, evicted = cache.put(
+            self._conn(),
+            model_key=model_key,
+            dimensions=dimensions,
+            hashes=hashes,
+            vectors=vectors,
+            now=self._now(),
+            max_entries=self._settings.cache_max_entries,
+        )
+        self._cache_counters.add(stored=stored, evicted=evicted)
+        return stored, evicted
+
+    # Audit log
+
+    def record_audit(self, entries: Sequence[AuditEntry]) -> int:
+        conn = self._conn()
+        recorded = audit.record(conn, entries)
+        now = self._clock()
+        if now >= self._next_prune:
+            pruned = audit.prune(conn, now=now, retention_days=self._settings.audit_retention_days)
+            # A full batch means more are due: prune again on the next write.
+            if pruned < audit.PRUNE_BATCH:
+                self._next_prune = now + audit.PRUNE_INTERVAL_SECONDS
+        return recorded
+
+    def list_audit(
+        self,
+        limit: int,
+        operation: str | None = None,
+        collection_id: str | None = None,
+        before_id: int | None = None,
+    ) -> Page[AuditEntry]:
+        return audit.list_page(
+            self._conn(),
+            limit=limit,
+            operation=operation,
+            collection_id=collection_id,
+            before_id=before_id,
+        )
+
+    # The whole database
+
+    def stats(self) -> Stats:
+        return Stats(
+            database=maintenance.stats(self._conn(), path=self.path),
+            cache_counters=self._cache_counters.snapshot(),
+            cache_max_entries=self._settings.cache_max_entries,
+        )
+
+    @contextmanager
+    def _exclusive(self, what: str) -> Iterator[None]:
+        if not self._maintenance.acquire(blocking=False):
+            raise MaintenanceRunning(
+                f"cannot start a {what}: a backup or vacuum is already running; retry when it ends"
+            )
+        try:
+            yield
+        finally:
+            self._maintenance.release()
+
+    def backup(self, name: str = "") -> BackupResult:
+        """Writes a consistent copy to `name` inside the backup directory (default: timed)."""
+        target = maintenance.resolve_backup_path(
+            self.backup_dir, name or maintenance.default_backup_name(time.time())
+        )
+        with self._exclusive("backup"):
+            return maintenance.backup(self._conn(), target=target)
+
+    def vacuum(self) -> VacuumResult:
+        with self._exclusive("vacuum"):
+            return maintenance.vacuum(self._conn(), path=self.path)

@@ -32,11 +32,11 @@ from typing import cast
 
 import apsw
 
+from services.common.vocabulary import BUILDING, COARSE, EXACT, INDEX_KINDS
 from services.store.db import atomic
 
 # collections.vector_index
-EXACT, BUILDING, COARSE = "exact", "building", "coarse"
-KINDS = (EXACT, BUILDING, COARSE)
+KINDS = INDEX_KINDS
 
 # sqlite-vec's limit on k in a KNN query.
 MAX_K = 4096

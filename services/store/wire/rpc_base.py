@@ -12,6 +12,7 @@ from typing import TypeVar
 import apsw
 import grpc
 
+from services.common.grpc_server import Context
 from services.store.errors import (
     BackupExists,
     BatchNotFound,
@@ -67,7 +68,7 @@ class RpcBase:
         self._repository = repository
         self._executor = executor
 
-    async def _call(self, context: grpc.aio.ServicerContext, work: Callable[[], T]) -> T:
+    async def _call(self, context: Context, work: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, work)

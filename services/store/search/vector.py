@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from typing import cast
 
 import apsw
 
-from services.common.vectors import FloatMatrix, to_bytes
-from services.store import catalog, vector_index
-from services.store.catalog import lookup
-from services.store.compat import check_compatible, check_vectors
-from services.store.db import atomic
-from services.store.errors import InvalidArgument
-from services.store.filters import Filter, compile_filter
-from services.store.records import SearchHit
-from services.store.vector_index import MAX_K, IndexSettings
-
-# Search modes (SearchRequest.mode): this module's KNN, lexical.py's bm25, fusion.py's RRF.
-VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
-MODES = (VECTOR, LEXICAL, HYBRID)
+from services.store import vector_index
+from services.store.compat import check_query
+from services.store.ingest import chunk_public_id
+from services.store.records import Collection, SearchHit
+from services.store.vector_index import IndexSettings
 
 # A filter allows the chunks of the completed files whose attributes match. The condition
 # (compiled by filters.py over `cf`) runs once per file in a subquery SQLite evaluates once;
@@ -76,59 +67,40 @@ def score_from_distance(distance: float) -> float:
     return min(1.0, max(0.0, 1.0 - distance / 2.0))
 
 
-def chunk_public_id(key: int) -> str:
-    return f"chunk_{key:d}"
-
-
 def nearest(
     conn: apsw.Connection,
+    key: int,
+    collection: Collection,
     *,
-    collection_id: str,
-    query: FloatMatrix,
+    query: bytes,
     k: int,
-    score_threshold: float,
     model: str,
-    now: int,
-    filter: Filter | None = None,
+    condition: tuple[str, list[object]] | None,
     index: IndexSettings,
-    exact: bool = False,
+    exact: bool,
 ) -> list[SearchHit]:
-    """The k chunks nearest to `query` (1-D), best first, dropping those scoring below the
-    threshold. An empty `model` skips the model check. With a filter, only chunks of files
-    whose attributes match compete. Large collections are searched through their coarse
-    index unless `exact` (vector_index.py)."""
-    if not 1 <= k <= MAX_K:
-        raise InvalidArgument(f"k must be 1..{MAX_K}, got {k}")
-    if not (math.isfinite(score_threshold) and 0.0 <= score_threshold <= 1.0):
-        raise InvalidArgument(f"score_threshold must be 0..1, got {score_threshold}")
-    if query.ndim != 1:
-        raise InvalidArgument(f"expected one query vector, got an array of shape {query.shape}")
-    check_vectors(query.reshape(1, -1), "query vector")
-    compiled = compile_filter(filter) if filter is not None else None
-
-    with atomic(conn, write=False):
-        key, collection = lookup(conn, collection_id)
-        check_compatible(collection, model, int(query.shape[0]), query=True)
-        allowed = allowed_chunks(key, *compiled) if compiled is not None else None
-        ranked = vector_index.nearest_ids(
-            conn,
-            key,
-            to_bytes(query),
-            k,
-            rows=collection.chunk_count,
-            index=collection.vector_index,
-            settings=index,
-            allowed=allowed,
-            exact=exact,
-        )
-        ids = json.dumps([chunk_key for chunk_key, _ in ranked])
-        rows = cast(list[_HitRow], conn.execute(_HITS_SQL, (ids,)).fetchall())
-    details = {row[0]: row for row in rows}
-
+    """The k chunks nearest to `query` (one float32 vector, checked), best first, inside the
+    caller's read transaction. An empty `model` skips the model check. With a compiled filter
+    `condition`, only chunks of files whose attributes match compete. Large collections are
+    searched through their coarse index unless `exact` (vector_index.py)."""
+    check_query(collection, model, len(query) // 4)
+    allowed = allowed_chunks(key, *condition) if condition is not None else None
+    ranked = vector_index.nearest_ids(
+        conn,
+        key,
+        query,
+        k,
+        rows=collection.chunk_count,
+        index=collection.vector_index,
+        settings=index,
+        allowed=allowed,
+        exact=exact,
+    )
+    ids = json.dumps([chunk_key for chunk_key, _ in ranked])
+    details = {row[0]: row for row in cast(list[_HitRow], conn.execute(_HITS_SQL, (ids,)))}
     hits = []
     for chunk_key, distance in ranked:
-        score = score_from_distance(distance)
-        if score < score_threshold or chunk_key not in details:
+        if chunk_key not in details:
             continue
         _, file_id, chunk_index, text, filename, attributes = details[chunk_key]
         hits.append(
@@ -137,10 +109,9 @@ def nearest(
                 file_id=file_id,
                 filename=filename,
                 text=text,
-                score=score,
+                score=score_from_distance(distance),
                 chunk_index=chunk_index,
                 attributes=json.loads(attributes),
             )
         )
-    catalog.touch(conn, key, collection, now)
     return hits

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import grpc
-
+from services.common.grpc_server import Context
+from services.common.vocabulary import LEXICAL, VECTOR
 from services.pb import store_pb2 as pb
-from services.store import search
-from services.store.messages import (
+from services.store.wire.messages import (
     attributes_from_message,
     chunks_from_message,
     collection_message,
@@ -14,7 +13,7 @@ from services.store.messages import (
     filter_from_message,
     hit_message,
 )
-from services.store.rpc_base import (
+from services.store.wire.rpc_base import (
     RpcBase,
     list_args,
 )
@@ -22,7 +21,7 @@ from services.store.rpc_base import (
 
 class CollectionRpcs(RpcBase):
     async def CreateCollection(
-        self, request: pb.CreateCollectionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreateCollectionRequest, context: Context
     ) -> pb.Collection:
         collection = await self._call(
             context,
@@ -38,13 +37,13 @@ class CollectionRpcs(RpcBase):
         return collection_message(collection)
 
     async def GetCollection(
-        self, request: pb.GetCollectionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetCollectionRequest, context: Context
     ) -> pb.Collection:
         collection = await self._call(context, lambda: self._repository.get_collection(request.id))
         return collection_message(collection)
 
     async def UpdateCollection(
-        self, request: pb.UpdateCollectionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UpdateCollectionRequest, context: Context
     ) -> pb.Collection:
         collection = await self._call(
             context,
@@ -60,7 +59,7 @@ class CollectionRpcs(RpcBase):
         return collection_message(collection)
 
     async def ListCollections(
-        self, request: pb.ListCollectionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListCollectionsRequest, context: Context
     ) -> pb.ListCollectionsResponse:
         limit, order = list_args(request.limit, request.order)
         page = await self._call(
@@ -70,6 +69,7 @@ class CollectionRpcs(RpcBase):
                 order=order,
                 after=request.after or None,
                 before=request.before or None,
+                name=request.name or None,
             ),
         )
         return pb.ListCollectionsResponse(
@@ -78,13 +78,13 @@ class CollectionRpcs(RpcBase):
         )
 
     async def DeleteCollection(
-        self, request: pb.DeleteCollectionRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteCollectionRequest, context: Context
     ) -> pb.DeleteCollectionResponse:
         await self._call(context, lambda: self._repository.delete_collection(request.id))
         return pb.DeleteCollectionResponse(id=request.id, deleted=True)
 
     async def AddChunks(
-        self, request: pb.AddChunksRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AddChunksRequest, context: Context
     ) -> pb.AddChunksResponse:
         def work() -> pb.AddChunksResponse:
             chunks = chunks_from_message(list(request.chunks))
@@ -106,13 +106,11 @@ class CollectionRpcs(RpcBase):
 
         return await self._call(context, work)
 
-    async def Search(
-        self, request: pb.SearchRequest, context: grpc.aio.ServicerContext
-    ) -> pb.SearchResponse:
+    async def Search(self, request: pb.SearchRequest, context: Context) -> pb.SearchResponse:
         def work() -> pb.SearchResponse:
-            mode = request.mode or search.VECTOR
+            mode = request.mode or VECTOR
             query = None
-            if mode in (search.VECTOR, search.HYBRID):
+            if mode != LEXICAL:
                 query = decode_vectors(request.query_vector, request.dimensions, 1)[0]
             hits = self._repository.search(
                 collection_id=request.collection_id,

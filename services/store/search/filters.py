@@ -15,15 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from services.common.vocabulary import FILTER_COMPOUNDS, MAX_FILTER_DEPTH
 from services.store.errors import InvalidArgument
 from services.store.records import AttributeValue
 
 EQUALITY_OPS = ("eq", "ne")
 ORDER_OPS = ("gt", "gte", "lt", "lte")
 SET_OPS = ("in", "nin")
-COMPOUND_OPS = ("and", "or")
-# Depth 0 is the top filter; this matches the gateway's limit.
-MAX_DEPTH = 8
+COMPOUND_OPS = FILTER_COMPOUNDS
+MAX_DEPTH = MAX_FILTER_DEPTH
 # Comparisons plus set values in one filter: bounds the SQL and its bound parameters.
 MAX_TERMS = 1000
 

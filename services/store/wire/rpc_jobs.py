@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import grpc
-
+from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
-from services.store.messages import (
+from services.store.records import EmbeddingModel
+from services.store.wire.messages import (
     chunks_from_message,
     collection_file_message,
     decode_vectors,
     job_message,
 )
-from services.store.rpc_base import RpcBase
+from services.store.wire.rpc_base import RpcBase
 
 # A lease long enough for one file's parse, chunk and embed; workers renew it while working.
 DEFAULT_LEASE_SECONDS = 60
@@ -19,7 +19,7 @@ DEFAULT_LEASE_SECONDS = 60
 
 class JobRpcs(RpcBase):
     async def ClaimJobs(
-        self, request: pb.ClaimJobsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ClaimJobsRequest, context: Context
     ) -> pb.ClaimJobsResponse:
         claimed = await self._call(
             context,
@@ -27,13 +27,12 @@ class JobRpcs(RpcBase):
                 request.worker_id,
                 max_jobs=request.max_jobs or 1,
                 lease_seconds=request.lease_seconds or DEFAULT_LEASE_SECONDS,
+                models=[EmbeddingModel(m.name, m.dimensions) for m in request.models],
             ),
         )
         return pb.ClaimJobsResponse(jobs=[job_message(job) for job in claimed])
 
-    async def RenewJob(
-        self, request: pb.JobRef, context: grpc.aio.ServicerContext
-    ) -> pb.RenewJobResponse:
+    async def RenewJob(self, request: pb.JobRef, context: Context) -> pb.RenewJobResponse:
         expires = await self._call(
             context,
             lambda: self._repository.renew_job(
@@ -45,7 +44,7 @@ class JobRpcs(RpcBase):
         return pb.RenewJobResponse(lease_expires_at=expires)
 
     async def CompleteJob(
-        self, request: pb.CompleteJobRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CompleteJobRequest, context: Context
     ) -> pb.CollectionFile:
         def work() -> pb.CollectionFile:
             chunks = chunks_from_message(list(request.chunks))
@@ -57,9 +56,7 @@ class JobRpcs(RpcBase):
 
         return await self._call(context, work)
 
-    async def FailJob(
-        self, request: pb.FailJobRequest, context: grpc.aio.ServicerContext
-    ) -> pb.CollectionFile:
+    async def FailJob(self, request: pb.FailJobRequest, context: Context) -> pb.CollectionFile:
         record = await self._call(
             context,
             lambda: self._repository.fail_job(

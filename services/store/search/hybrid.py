@@ -13,14 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import apsw
-
-from services.common.vectors import FloatMatrix
-from services.store import lexical
-from services.store.filters import Filter
 from services.store.records import SearchHit
-from services.store.search import nearest
-from services.store.vector_index import MAX_K, IndexSettings
+from services.store.vector_index import MAX_K
 
 # The constant of the original paper; it damps the weight of the very first ranks.
 RRF_K = 60
@@ -53,9 +47,8 @@ def fuse(
     vector_hits: Sequence[SearchHit],
     lexical_hits: Sequence[SearchHit],
     k: int,
-    score_threshold: float,
 ) -> list[SearchHit]:
-    """The top k of the fused ranking, scores normalized so the best is 1, then thresholded."""
+    """The top k of the fused ranking, scores normalized so the best is 1."""
     by_id = {hit.chunk_id: hit for hit in lexical_hits}
     by_id.update((hit.chunk_id, hit) for hit in vector_hits)
     fused = reciprocal_rank_fusion(
@@ -64,52 +57,7 @@ def fuse(
     if not fused:
         return []
     best = fused[0][1]
-    hits = []
-    for chunk_id, value in fused[:k]:
-        score = min(1.0, value / best)
-        if score >= score_threshold:
-            hits.append(dataclasses.replace(by_id[chunk_id], score=score))
-    return hits
-
-
-def hybrid(
-    conn: apsw.Connection,
-    *,
-    collection_id: str,
-    query: FloatMatrix,
-    text: str,
-    k: int,
-    score_threshold: float,
-    model: str,
-    now: int,
-    filter: Filter | None = None,
-    index: IndexSettings,
-    exact: bool = False,
-) -> list[SearchHit]:
-    """The k best chunks by RRF of the vector ranking of `query` and the bm25 ranking of
-    `text`, both restricted by the same filter."""
-    lexical.check_arguments(k, score_threshold)
-    candidates = candidate_count(k)
-    lexical_hits = lexical.matches(
-        conn,
-        collection_id=collection_id,
-        text=text,
-        k=candidates,
-        score_threshold=0.0,
-        now=now,
-        filter=filter,
-        touch=False,
-    )
-    vector_hits = nearest(
-        conn,
-        collection_id=collection_id,
-        query=query,
-        k=candidates,
-        score_threshold=0.0,
-        model=model,
-        now=now,
-        filter=filter,
-        index=index,
-        exact=exact,
-    )
-    return fuse(vector_hits, lexical_hits, k, score_threshold)
+    return [
+        dataclasses.replace(by_id[chunk_id], score=min(1.0, value / best))
+        for chunk_id, value in fused[:k]
+    ]

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import logging
 
-import grpc
-
+from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
-from services.store.operations_messages import (
+from services.store.wire.messages import (
     audit_entry_from_message,
     audit_entry_message,
     stats_message,
 )
-from services.store.rpc_base import RpcBase
+from services.store.wire.rpc_base import RpcBase
 
 DEFAULT_AUDIT_LIMIT = 100
 
@@ -21,11 +20,11 @@ log = logging.getLogger(__name__)
 
 class OperationsRpcs(RpcBase):
     async def GetCachedEmbeddings(
-        self, request: pb.GetCachedEmbeddingsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetCachedEmbeddingsRequest, context: Context
     ) -> pb.GetCachedEmbeddingsResponse:
         found = await self._call(
             context,
-            lambda: self._repository.ops.get_cached_embeddings(
+            lambda: self._repository.get_cached_embeddings(
                 request.model_key, request.dimensions, list(request.text_sha256)
             ),
         )
@@ -35,33 +34,33 @@ class OperationsRpcs(RpcBase):
         )
 
     async def PutCachedEmbeddings(
-        self, request: pb.PutCachedEmbeddingsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.PutCachedEmbeddingsRequest, context: Context
     ) -> pb.PutCachedEmbeddingsResponse:
         stored, evicted = await self._call(
             context,
-            lambda: self._repository.ops.put_cached_embeddings(
+            lambda: self._repository.put_cached_embeddings(
                 request.model_key, request.dimensions, list(request.text_sha256), request.vectors
             ),
         )
         return pb.PutCachedEmbeddingsResponse(stored=stored, evicted=evicted)
 
     async def RecordAudit(
-        self, request: pb.RecordAuditRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RecordAuditRequest, context: Context
     ) -> pb.RecordAuditResponse:
         recorded = await self._call(
             context,
-            lambda: self._repository.ops.record_audit(
+            lambda: self._repository.record_audit(
                 [audit_entry_from_message(entry) for entry in request.entries]
             ),
         )
         return pb.RecordAuditResponse(recorded=recorded)
 
     async def ListAudit(
-        self, request: pb.ListAuditRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListAuditRequest, context: Context
     ) -> pb.ListAuditResponse:
         page = await self._call(
             context,
-            lambda: self._repository.ops.list_audit(
+            lambda: self._repository.list_audit(
                 limit=request.limit or DEFAULT_AUDIT_LIMIT,
                 operation=request.operation or None,
                 collection_id=request.collection_id or None,
@@ -72,24 +71,18 @@ class OperationsRpcs(RpcBase):
             entries=[audit_entry_message(entry) for entry in page.items], has_more=page.has_more
         )
 
-    async def GetStats(
-        self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.StoreStats:
-        return stats_message(await self._call(context, self._repository.ops.stats))
+    async def GetStats(self, request: pb.GetStatsRequest, context: Context) -> pb.StoreStats:
+        return stats_message(await self._call(context, self._repository.stats))
 
-    async def Backup(
-        self, request: pb.BackupRequest, context: grpc.aio.ServicerContext
-    ) -> pb.BackupResponse:
-        result = await self._call(context, lambda: self._repository.ops.backup(request.name))
+    async def Backup(self, request: pb.BackupRequest, context: Context) -> pb.BackupResponse:
+        result = await self._call(context, lambda: self._repository.backup(request.name))
         log.info(
             "backup written to %s (%d bytes, %.1f s)", result.path, result.bytes, result.seconds
         )
         return pb.BackupResponse(path=str(result.path), bytes=result.bytes, seconds=result.seconds)
 
-    async def Vacuum(
-        self, request: pb.VacuumRequest, context: grpc.aio.ServicerContext
-    ) -> pb.VacuumResponse:
-        result = await self._call(context, self._repository.ops.vacuum)
+    async def Vacuum(self, request: pb.VacuumRequest, context: Context) -> pb.VacuumResponse:
+        result = await self._call(context, self._repository.vacuum)
         log.info(
             "vacuum: %d -> %d bytes in %.1f s (%d vector tables compacted)",
             result.bytes_before,

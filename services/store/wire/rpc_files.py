@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import grpc
-
+from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
-from services.store.messages import (
+from services.store.records import BatchFileInput, NewFile
+from services.store.wire.messages import (
     attributes_from_message,
     batch_message,
+    chunking_from_message,
     collection_file_message,
     file_message,
+    model_from_message,
     stored_chunk_message,
 )
-from services.store.records import BatchFileInput
-from services.store.rpc_base import (
+from services.store.wire.rpc_base import (
     RpcBase,
     list_args,
 )
 
 
 class FileRpcs(RpcBase):
-    async def CreateFile(
-        self, request: pb.CreateFileRequest, context: grpc.aio.ServicerContext
-    ) -> pb.File:
+    async def CreateFile(self, request: pb.CreateFileRequest, context: Context) -> pb.File:
         file = await self._call(
             context,
             lambda: self._repository.create_file(
@@ -31,15 +30,13 @@ class FileRpcs(RpcBase):
         )
         return file_message(file)
 
-    async def GetFile(
-        self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext
-    ) -> pb.File:
+    async def GetFile(self, request: pb.GetFileRequest, context: Context) -> pb.File:
         return file_message(
             await self._call(context, lambda: self._repository.get_file(request.id))
         )
 
     async def ListFiles(
-        self, request: pb.ListFilesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListFilesRequest, context: Context
     ) -> pb.ListFilesResponse:
         limit, order = list_args(request.limit, request.order)
         page = await self._call(
@@ -55,16 +52,14 @@ class FileRpcs(RpcBase):
             files=[file_message(item) for item in page.items], has_more=page.has_more
         )
 
-    async def GetFileContent(
-        self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext
-    ) -> pb.FileContent:
+    async def GetFileContent(self, request: pb.GetFileRequest, context: Context) -> pb.FileContent:
         file, content = await self._call(
             context, lambda: self._repository.get_file_content(request.id)
         )
         return pb.FileContent(file=file_message(file), content=content)
 
     async def DeleteFile(
-        self, request: pb.GetFileRequest, context: grpc.aio.ServicerContext
+        self, request: pb.GetFileRequest, context: Context
     ) -> pb.DeleteFileResponse:
         await self._call(context, lambda: self._repository.delete_file(request.id))
         return pb.DeleteFileResponse(id=request.id, deleted=True)
@@ -72,23 +67,27 @@ class FileRpcs(RpcBase):
     # Files in collections
 
     async def AttachFile(
-        self, request: pb.AttachFileRequest, context: grpc.aio.ServicerContext
+        self, request: pb.AttachFileRequest, context: Context
     ) -> pb.CollectionFile:
+        upload = None
+        if request.HasField("upload"):
+            item = request.upload
+            upload = NewFile(item.filename, item.content, item.purpose or "assistants")
         record = await self._call(
             context,
             lambda: self._repository.attach_file(
                 request.collection_id,
                 request.file_id,
                 attributes_from_message(request.attributes),
-                request.chunking_json,
-                model=request.model,
-                dimensions=request.dimensions,
+                chunking_from_message(request.chunking, request.HasField("chunking")),
+                model=model_from_message(request.model, request.HasField("model")),
+                upload=upload,
             ),
         )
         return collection_file_message(record)
 
     async def GetCollectionFile(
-        self, request: pb.CollectionFileRef, context: grpc.aio.ServicerContext
+        self, request: pb.CollectionFileRef, context: Context
     ) -> pb.CollectionFile:
         record = await self._call(
             context,
@@ -97,7 +96,7 @@ class FileRpcs(RpcBase):
         return collection_file_message(record)
 
     async def ListCollectionFiles(
-        self, request: pb.ListCollectionFilesRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListCollectionFilesRequest, context: Context
     ) -> pb.ListCollectionFilesResponse:
         limit, order = list_args(request.limit, request.order)
         page = await self._call(
@@ -116,19 +115,8 @@ class FileRpcs(RpcBase):
             files=[collection_file_message(item) for item in page.items], has_more=page.has_more
         )
 
-    async def FindCollectionFile(
-        self, request: pb.FindCollectionFileRequest, context: grpc.aio.ServicerContext
-    ) -> pb.FindCollectionFileResponse:
-        record = await self._call(
-            context,
-            lambda: self._repository.find_collection_file(request.collection_id, request.sha256),
-        )
-        if record is None:
-            return pb.FindCollectionFileResponse(found=False)
-        return pb.FindCollectionFileResponse(found=True, file=collection_file_message(record))
-
     async def UpdateCollectionFile(
-        self, request: pb.UpdateCollectionFileRequest, context: grpc.aio.ServicerContext
+        self, request: pb.UpdateCollectionFileRequest, context: Context
     ) -> pb.CollectionFile:
         record = await self._call(
             context,
@@ -141,7 +129,7 @@ class FileRpcs(RpcBase):
         return collection_file_message(record)
 
     async def DetachFile(
-        self, request: pb.CollectionFileRef, context: grpc.aio.ServicerContext
+        self, request: pb.CollectionFileRef, context: Context
     ) -> pb.DetachFileResponse:
         await self._call(
             context, lambda: self._repository.detach_file(request.collection_id, request.file_id)
@@ -149,7 +137,7 @@ class FileRpcs(RpcBase):
         return pb.DetachFileResponse(file_id=request.file_id, deleted=True)
 
     async def GetCollectionFileChunks(
-        self, request: pb.CollectionFileRef, context: grpc.aio.ServicerContext
+        self, request: pb.CollectionFileRef, context: Context
     ) -> pb.CollectionFileChunks:
         record, chunks = await self._call(
             context,
@@ -165,39 +153,34 @@ class FileRpcs(RpcBase):
     # Batches
 
     async def CreateFileBatch(
-        self, request: pb.CreateFileBatchRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreateFileBatchRequest, context: Context
     ) -> pb.FileBatch:
         def work() -> pb.FileBatch:
             batch_files = [
                 BatchFileInput(
                     file_id=item.file_id,
                     attributes=attributes_from_message(item.attributes),
-                    chunking_json=item.chunking_json,
+                    chunking=chunking_from_message(item.chunking, item.HasField("chunking")),
                 )
                 for item in request.files
             ]
             batch = self._repository.create_file_batch(
                 request.collection_id,
                 batch_files,
-                model=request.model,
-                dimensions=request.dimensions,
+                model=model_from_message(request.model, request.HasField("model")),
             )
             return batch_message(batch)
 
         return await self._call(context, work)
 
-    async def GetFileBatch(
-        self, request: pb.FileBatchRef, context: grpc.aio.ServicerContext
-    ) -> pb.FileBatch:
+    async def GetFileBatch(self, request: pb.FileBatchRef, context: Context) -> pb.FileBatch:
         batch = await self._call(
             context,
             lambda: self._repository.get_file_batch(request.collection_id, request.batch_id),
         )
         return batch_message(batch)
 
-    async def CancelFileBatch(
-        self, request: pb.FileBatchRef, context: grpc.aio.ServicerContext
-    ) -> pb.FileBatch:
+    async def CancelFileBatch(self, request: pb.FileBatchRef, context: Context) -> pb.FileBatch:
         batch = await self._call(
             context,
             lambda: self._repository.cancel_file_batch(request.collection_id, request.batch_id),

@@ -6,11 +6,11 @@ One class per group of RPCs (rpc_*.py), all sharing RpcBase's executor and error
 from __future__ import annotations
 
 from services.pb import store_pb2_grpc
-from services.store.rpc_base import status_for
-from services.store.rpc_collections import CollectionRpcs
-from services.store.rpc_files import FileRpcs
-from services.store.rpc_jobs import JobRpcs
-from services.store.rpc_operations import OperationsRpcs
+from services.store.wire.rpc_base import status_for
+from services.store.wire.rpc_collections import CollectionRpcs
+from services.store.wire.rpc_files import FileRpcs
+from services.store.wire.rpc_jobs import JobRpcs
+from services.store.wire.rpc_operations import OperationsRpcs
 
 __all__ = ["StoreServicer", "status_for"]
 

@@ -19,10 +19,9 @@ from services.common.grpc_server import (
 from services.pb import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
 from services.store.errors import DatabaseTooNew
-from services.store.operations import OperationsSettings
-from services.store.repository import Repository
-from services.store.servicer import StoreServicer
+from services.store.repository import OperationsSettings, Repository
 from services.store.vector_index import IndexSettings
+from services.store.wire.servicer import StoreServicer
 
 log = logging.getLogger(__name__)
 

@@ -7,19 +7,23 @@ from collections.abc import Mapping
 from services.common.vectors import FloatMatrix, from_bytes
 from services.pb import store_pb2 as pb
 from services.store.errors import InvalidArgument
-from services.store.filters import MAX_DEPTH, Comparison, Compound, Filter
 from services.store.records import (
     AttributeValue,
+    AuditEntry,
+    Chunking,
     ChunkInput,
     ClaimedJob,
     Collection,
     CollectionFile,
+    EmbeddingModel,
     File,
     FileBatch,
     FileCounts,
     SearchHit,
+    Stats,
     StoredChunk,
 )
+from services.store.search.filters import MAX_DEPTH, Comparison, Compound, Filter
 
 
 def decode_vectors(data: bytes, dimensions: int, count: int) -> FloatMatrix:
@@ -86,6 +90,24 @@ def filter_from_message(message: pb.Filter, depth: int = 0) -> Filter:
     raise InvalidArgument("a filter is empty: set a comparison or a compound filter")
 
 
+def chunking_from_message(message: pb.ChunkingStrategy, present: bool) -> Chunking | None:
+    if not present:
+        return None
+    return Chunking(message.max_chunk_size_tokens, message.chunk_overlap_tokens)
+
+
+def chunking_message(chunking: Chunking | None) -> pb.ChunkingStrategy | None:
+    if chunking is None:
+        return None
+    return pb.ChunkingStrategy(
+        max_chunk_size_tokens=chunking.max_tokens, chunk_overlap_tokens=chunking.overlap_tokens
+    )
+
+
+def model_from_message(message: pb.EmbeddingModel, present: bool) -> EmbeddingModel | None:
+    return EmbeddingModel(message.name, message.dimensions) if present else None
+
+
 def file_counts_message(counts: FileCounts) -> pb.FileCounts:
     return pb.FileCounts(
         in_progress=counts.in_progress,
@@ -147,7 +169,7 @@ def collection_file_message(record: CollectionFile) -> pb.CollectionFile:
         usage_bytes=record.usage_bytes,
         created_at=record.created_at,
         attributes=_attributes_message(record.attributes),
-        chunking_json=record.chunking_json,
+        chunking=chunking_message(record.chunking),
         chunk_count=record.chunk_count,
         filename=record.filename,
         batch_id=record.batch_id,
@@ -186,8 +208,78 @@ def job_message(job: ClaimedJob) -> pb.Job:
         file_id=job.file_id,
         filename=job.filename,
         content=job.content,
-        chunking_json=job.chunking_json,
+        chunking=chunking_message(job.chunking),
         model=job.model,
         dimensions=job.dimensions,
         attempt=job.attempt,
+    )
+
+
+def audit_entry_from_message(message: pb.AuditEntry) -> AuditEntry:
+    return AuditEntry(
+        at=message.at,
+        operation=message.operation,
+        collection_id=message.collection_id,
+        k=message.k,
+        latency_ms=message.latency_ms,
+        result_count=message.result_count,
+        degraded=message.degraded,
+        detail=message.detail,
+    )
+
+
+def audit_entry_message(entry: AuditEntry) -> pb.AuditEntry:
+    return pb.AuditEntry(
+        id=entry.id,
+        at=entry.at,
+        operation=entry.operation,
+        collection_id=entry.collection_id,
+        k=entry.k,
+        latency_ms=entry.latency_ms,
+        result_count=entry.result_count,
+        degraded=entry.degraded,
+        detail=entry.detail,
+    )
+
+
+def stats_message(stats: Stats) -> pb.StoreStats:
+    database, counters = stats.database, stats.cache_counters
+    return pb.StoreStats(
+        schema_version=database.schema_version,
+        db_bytes=database.db_bytes,
+        wal_bytes=database.wal_bytes,
+        free_bytes=database.free_bytes,
+        collections=len(database.collections),
+        files=database.files,
+        file_bytes=database.file_bytes,
+        chunks=database.chunks,
+        vectors=database.vectors,
+        usage_bytes=database.usage_bytes,
+        jobs_pending=database.jobs_pending,
+        jobs_leased=database.jobs_leased,
+        cache=pb.CacheStats(
+            entries=database.cache.entries,
+            bytes=database.cache.bytes,
+            max_entries=stats.cache_max_entries,
+            hits=counters.hits,
+            misses=counters.misses,
+            hit_rate=stats.cache_hit_rate,
+            stored=counters.stored,
+            evicted=counters.evicted,
+        ),
+        audit_entries=database.audit_entries,
+        per_collection=[
+            pb.CollectionStats(
+                id=item.id,
+                name=item.name,
+                model=item.model,
+                dimensions=item.dimensions,
+                files=item.files,
+                chunks=item.chunks,
+                vectors=item.vectors,
+                vector_slots=item.vector_slots,
+                usage_bytes=item.usage_bytes,
+            )
+            for item in database.collections
+        ],
     )

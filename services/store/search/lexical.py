@@ -9,19 +9,12 @@ rather than per collection: a rare word is rare everywhere.
 from __future__ import annotations
 
 import json
-import math
 from typing import cast
 
 import apsw
 
-from services.store import catalog
-from services.store.catalog import lookup
-from services.store.db import atomic
-from services.store.errors import InvalidArgument
-from services.store.filters import Filter, compile_filter
+from services.store.ingest import chunk_public_id
 from services.store.records import SearchHit
-from services.store.search import chunk_public_id
-from services.store.vector_index import MAX_K
 
 # Words of the query beyond this many distinct ones are ignored: each is one posting-list scan.
 MAX_QUERY_TERMS = 64
@@ -71,13 +64,6 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(terms) if terms else None
 
 
-def check_arguments(k: int, score_threshold: float) -> None:
-    if not 1 <= k <= MAX_K:
-        raise InvalidArgument(f"k must be 1..{MAX_K}, got {k}")
-    if not (math.isfinite(score_threshold) and 0.0 <= score_threshold <= 1.0):
-        raise InvalidArgument(f"score_threshold must be 0..1, got {score_threshold}")
-
-
 def score_from_bm25(rank: float, best: float) -> float:
     """SQLite's bm25() is negative, more negative for better matches, and unbounded; the score
     is its ratio to the best candidate's, in (0, 1], the best scoring 1."""
@@ -88,49 +74,33 @@ def score_from_bm25(rank: float, best: float) -> float:
 
 def matches(
     conn: apsw.Connection,
+    key: int,
     *,
-    collection_id: str,
     text: str,
     k: int,
-    score_threshold: float,
-    now: int,
-    filter: Filter | None = None,
-    touch: bool = True,
+    condition: tuple[str, list[object]] | None,
 ) -> list[SearchHit]:
     """The k chunks that best match the words of `text` by bm25, best first, scored relative
-    to the best of them and dropping those below the threshold. With a filter, only chunks of
-    files whose attributes match compete. `touch` records the collection as active."""
-    check_arguments(k, score_threshold)
-    if not text.strip():
-        raise InvalidArgument("lexical and hybrid search need a non-empty query_text")
+    to the best of them, inside the caller's read transaction. With a compiled filter
+    `condition`, only chunks of files whose attributes match compete."""
     query = fts_query(text)
-    condition, condition_params = compile_filter(filter) if filter is not None else ("", [])
-
-    with atomic(conn, write=False):
-        key, collection = lookup(conn, collection_id)
-        rows = []
-        if query is not None:
-            sql = _LEXICAL_SQL.format(condition=f" AND {condition}" if condition else "")
-            rows = conn.execute(sql, [query, key, *condition_params, k]).fetchall()
-
-    hits = []
-    best = cast(_HitRow, rows[0])[1] if rows else 0.0
-    for row in rows:
-        chunk_key, rank, file_id, chunk_index, chunk_text, filename, attributes = cast(_HitRow, row)
-        score = score_from_bm25(rank, best)
-        if score < score_threshold:
-            continue
-        hits.append(
-            SearchHit(
-                chunk_id=chunk_public_id(chunk_key),
-                file_id=file_id,
-                filename=filename,
-                text=chunk_text,
-                score=score,
-                chunk_index=chunk_index,
-                attributes=json.loads(attributes),
-            )
+    if query is None:
+        return []
+    sql, params = _LEXICAL_SQL.format(condition=""), [query, key]
+    if condition is not None:
+        sql = _LEXICAL_SQL.format(condition=f" AND {condition[0]}")
+        params += condition[1]
+    rows = cast(list[_HitRow], conn.execute(sql, [*params, k]).fetchall())
+    best = rows[0][1] if rows else 0.0
+    return [
+        SearchHit(
+            chunk_id=chunk_public_id(chunk_key),
+            file_id=file_id,
+            filename=filename,
+            text=chunk_text,
+            score=score_from_bm25(rank, best),
+            chunk_index=chunk_index,
+            attributes=json.loads(attributes),
         )
-    if touch:
-        catalog.touch(conn, key, collection, now)
-    return hits
+        for chunk_key, rank, file_id, chunk_index, chunk_text, filename, attributes in rows
+    ]

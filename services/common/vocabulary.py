@@ -1,0 +1,53 @@
+"""Names and limits that cross service boundaries.
+
+The gateway validates requests with them, the store enforces them and openapi.py documents
+them, so each is written once. Most are OpenAI's (marked); the rest are ragd's.
+"""
+
+from __future__ import annotations
+
+# Search modes (SearchRequest.mode): KNN over the vectors, bm25 over the text, or RRF of both.
+VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
+SEARCH_MODES = (VECTOR, LEXICAL, HYBRID)
+# OpenAI: max_num_results of a vector-store search.
+MAX_SEARCH_RESULTS = 50
+# OpenAI: ranking_options.ranker.
+RANKERS = ("auto", "default-2024-11-15", "none")
+
+# OpenAI's attribute filters.
+FILTER_COMPARISONS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin")
+FILTER_COMPOUNDS = ("and", "or")
+# Depth 0 is the top filter.
+MAX_FILTER_DEPTH = 8
+
+# OpenAI: a file's status in a vector store, and a batch's.
+IN_PROGRESS, COMPLETED, FAILED, CANCELLED = "in_progress", "completed", "failed", "cancelled"
+FILE_STATUSES = (IN_PROGRESS, COMPLETED, FAILED, CANCELLED)
+BATCH_STATUSES = (IN_PROGRESS, COMPLETED, CANCELLED, FAILED)
+# OpenAI: last_error.code of a failed file.
+FILE_ERROR_CODES = ("server_error", "unsupported_file", "invalid_file")
+# OpenAI: files per file batch.
+MAX_BATCH_FILES = 2000
+
+# How a vector store's vector searches run: an exhaustive scan, a coarse index being built
+# (searches stay exact), or the coarse index with exact rescoring.
+EXACT, BUILDING, COARSE = "exact", "building", "coarse"
+INDEX_KINDS = (EXACT, BUILDING, COARSE)
+
+# OpenAI: inputs per embeddings request.
+MAX_EMBED_INPUTS = 2048
+
+# OpenAI: attributes of a vector-store file, and metadata of an object.
+MAX_ATTRIBUTES = 16
+MAX_KEY_CHARS = 64
+MAX_ATTRIBUTE_CHARS = 512
+MAX_METADATA = 16
+MAX_METADATA_CHARS = 512
+
+# OpenAI: a static chunking strategy's sizes.
+MIN_CHUNK_TOKENS = 100
+MAX_CHUNK_TOKENS = 4096
+AUTO, STATIC = "auto", "static"
+
+# Operations the audit log records.
+AUDIT_OPERATIONS = ("search", "ingest")

@@ -1,0 +1,100 @@
+"""Searching one collection: vector (KNN over the embeddings), lexical (FTS5 bm25 over the
+chunk text) or hybrid (reciprocal rank fusion of both), behind one entry point.
+
+`run` validates the request once, reads the collection and both rankings from one database
+snapshot, applies the score threshold to the final scores and records the collection's use.
+"""
+
+from __future__ import annotations
+
+import math
+
+import apsw
+import numpy as np
+
+from services.common.vectors import FloatMatrix, to_bytes
+from services.common.vocabulary import HYBRID, LEXICAL, SEARCH_MODES, VECTOR
+from services.store import catalog
+from services.store.compat import check_vectors
+from services.store.db import atomic
+from services.store.errors import InvalidArgument
+from services.store.records import SearchHit
+from services.store.search import hybrid, lexical, vector
+from services.store.search.filters import Filter, compile_filter
+from services.store.vector_index import MAX_K, IndexSettings
+
+__all__ = ["HYBRID", "LEXICAL", "SEARCH_MODES", "VECTOR", "run"]
+
+
+def _check(mode: str, query: FloatMatrix | None, text: str, k: int, threshold: float) -> None:
+    if mode not in SEARCH_MODES:
+        raise InvalidArgument(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
+    if not 1 <= k <= MAX_K:
+        raise InvalidArgument(f"k must be 1..{MAX_K}, got {k}")
+    if not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+        raise InvalidArgument(f"score_threshold must be 0..1, got {threshold}")
+    if mode != LEXICAL:
+        if query is None or query.size == 0:
+            raise InvalidArgument(f"{mode} search needs a query vector")
+        if query.ndim != 1:
+            raise InvalidArgument(f"expected one query vector, got an array of shape {query.shape}")
+        check_vectors(query.reshape(1, -1), "query vector")
+    if mode != VECTOR and not text.strip():
+        raise InvalidArgument("lexical and hybrid search need a non-empty query_text")
+
+
+def run(
+    conn: apsw.Connection,
+    *,
+    collection_id: str,
+    mode: str,
+    query: FloatMatrix | None,
+    text: str,
+    k: int,
+    score_threshold: float,
+    model: str,
+    filter: Filter | None,
+    now: int,
+    index: IndexSettings,
+    exact: bool = False,
+) -> list[SearchHit]:
+    """The k best chunks of the collection for `mode` (empty: vector), best first, without
+    those scoring below the threshold. Lexical uses only `text`, vector only `query` (one
+    L2-normalized vector; an empty `model` skips the model check), hybrid both. With a filter,
+    only chunks of files whose attributes match compete. `exact` skips the coarse index."""
+    mode = mode or VECTOR
+    if query is not None:
+        query = np.asarray(query, dtype=np.float32)
+    _check(mode, query, text, k, score_threshold)
+    condition = compile_filter(filter) if filter is not None else None
+    blob = to_bytes(query) if query is not None and mode != LEXICAL else b""
+
+    def nearest(count: int) -> list[SearchHit]:
+        return vector.nearest(
+            conn,
+            key,
+            collection,
+            query=blob,
+            k=count,
+            model=model,
+            condition=condition,
+            index=index,
+            exact=exact,
+        )
+
+    # One snapshot: a hybrid search's two rankings see the same chunks.
+    with atomic(conn, write=False):
+        key, collection = catalog.lookup(conn, collection_id)
+        if mode == VECTOR:
+            hits = nearest(k)
+        elif mode == LEXICAL:
+            hits = lexical.matches(conn, key, text=text, k=k, condition=condition)
+        else:
+            count = hybrid.candidate_count(k)
+            hits = hybrid.fuse(
+                nearest(count),
+                lexical.matches(conn, key, text=text, k=count, condition=condition),
+                k,
+            )
+    catalog.touch(conn, key, collection, now)
+    return [hit for hit in hits if hit.score >= score_threshold]
