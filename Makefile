@@ -28,7 +28,11 @@ protos: $(PB_STAMP)
 $(PB_STAMP): $(PROTOS) $(VENV)/.installed
 	rm -rf $(PB_DIR) && mkdir -p $(PB_DIR)
 	# Map protos/ onto the package path so generated modules import each other as services.pb.*.
-	$(PY) -m grpc_tools.protoc -I$(PB_DIR)=protos --python_out=. --grpc_python_out=. --pyi_out=. $(PROTOS:protos/%=protos/%)
+	# mypy-protobuf writes the typed stubs (.pyi) of messages and of the gRPC stubs.
+	$(PY) -m grpc_tools.protoc -I$(PB_DIR)=protos --python_out=. --grpc_python_out=. \
+	  --plugin=protoc-gen-mypy=$(VENV)/bin/protoc-gen-mypy --mypy_out=. \
+	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc --mypy_grpc_out=. \
+	  $(PROTOS:protos/%=protos/%)
 	touch $(PB_DIR)/__init__.py $@
 
 model: $(MODEL)

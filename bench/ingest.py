@@ -24,7 +24,6 @@ from bench.load import http_session, post_json, run_load
 from bench.processes import RunningStack, running_stack
 from bench.stats import Row, not_available
 from services.gateway.chunking import chunk_text
-from services.gateway.ingest import SPECIAL_TOKENS
 from services.gateway.parsing import extract_text
 from services.pb import store_pb2, store_pb2_grpc
 
@@ -132,7 +131,8 @@ def chunks_in_process(ctx: Context, docs: Sequence[Document], size: int, overlap
     chunks: list[str] = []
     for doc in docs:
         text = extract_text(doc.name, doc.text.encode("utf-8"))
-        chunks += [c.text for c in chunk_text(text, count, size, overlap, SPECIAL_TOKENS)]
+        special = model.info.special_tokens
+        chunks += [c.text for c in chunk_text(text, count, size, overlap, special)]
     return chunks
 
 

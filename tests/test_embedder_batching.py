@@ -194,7 +194,7 @@ def test_limits_beyond_the_micro_batch_fail_requests_not_the_process(
 @asynccontextmanager
 async def serving(
     model: EmbeddingModel, config: EmbedderConfig = CONFIG
-) -> AsyncIterator[embedder_pb2_grpc.EmbedderStub]:
+) -> AsyncIterator[embedder_pb2_grpc.EmbedderAsyncStub]:
     server, port = await create_server(config, model)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -125,7 +125,10 @@ def test_health_is_serving(embedding_model: EmbeddingModel) -> None:
     ],
 )
 def test_bad_input_is_invalid_argument(
-    embedding_model: EmbeddingModel, texts: list[bytes], policy: pb.TruncatePolicy, message: str
+    embedding_model: EmbeddingModel,
+    texts: list[bytes],
+    policy: pb.TruncatePolicy.ValueType,
+    message: str,
 ) -> None:
     async def scenario() -> None:
         async with serving(embedding_model) as channel:

@@ -22,6 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.client.errors import Unauthenticated, Unreachable
 from services.client.ingest import Document, IngestClient, Progress, State, Summary
 from services.launcher import Stack
+from services.pb import store_pb2, store_pb2_grpc
 from tests.harness import free_port, started_stack
 
 KEY = "ingest-test-key"
@@ -193,6 +194,33 @@ def numbered(count: int, prefix: str) -> list[Document]:
         Document(f"{prefix}-{n}.txt", text=f"{prefix} record {n}: {n * 7919} is item {n}.")
         for n in range(count)
     ]
+
+
+def test_both_doors_refuse_a_store_of_another_model_at_once_in_the_same_words(
+    own_stack: Stack, rest: httpx.Client, ingest: IngestClient
+) -> None:
+    with grpc.insecure_channel(own_stack.env["RAGD_STORE_LISTEN"]) as channel:
+        other = store_pb2_grpc.StoreStub(channel).CreateCollection(
+            store_pb2.CreateCollectionRequest(name="other-model", model="bge-small", dimensions=8)
+        )
+    files_before = file_total(rest)
+    text = "Basalt columns form as lava cools and contracts."
+    over_rest = rest.post(
+        f"/v1/vector_stores/{other.id}/files", json={"text": text, "filename": "basalt.txt"}
+    )
+    assert over_rest.status_code == 400, over_rest.text
+    error = over_rest.json()["error"]
+    assert error["code"] == "failed_precondition"
+    assert "indexed with bge-small (8 dims), not all-MiniLM-L6-v2 (384 dims)" in error["message"]
+
+    events, summary = run(ingest, [Document("basalt.txt", text=text)], other.id)
+    # Refused before it was stored: never ACCEPTED, failed in the store's words.
+    assert [(e.state, e.error_code, e.error_message) for e in events] == [
+        (State.FAILED, "failed_precondition", error["message"])
+    ]
+    assert (summary.documents, summary.failed) == (1, 1)
+    assert file_total(rest) == files_before
+    assert store_counts(rest, other.id)["total"] == 0
 
 
 def test_broken_stream_loses_nothing_and_resuming_duplicates_nothing(

@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
+from starlette.routing import Route
 
+from services.common.vocabulary import MAX_BATCH_FILES, MAX_SEARCH_RESULTS, SEARCH_MODES
 from services.gateway.app import ROUTES
+from services.gateway.openapi import build_spec
 
 
 def served() -> set[tuple[str, str]]:
@@ -29,3 +33,24 @@ def test_every_schema_reference_resolves(client: httpx.Client) -> None:
     text = str(spec)
     for name in re.findall(r"#/components/schemas/(\w+)", text):
         assert name in spec["components"]["schemas"], name
+
+
+def test_every_route_has_an_operation_and_its_path_parameters() -> None:
+    spec = build_spec(ROUTES)
+    for path, operations in spec["paths"].items():
+        names = set(re.findall(r"{(\w+)}", path))
+        for operation in operations.values():
+            declared = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
+            assert declared == names, (path, declared)
+    unknown = Route("/v1/unknown", lambda request: None, methods=["GET"])
+    with pytest.raises(LookupError, match="GET /v1/unknown has no entry"):
+        build_spec([*ROUTES, unknown])
+
+
+def test_limits_come_from_the_shared_vocabulary() -> None:
+    schemas = build_spec(ROUTES)["components"]["schemas"]
+    search = schemas["SearchRequest"]["properties"]
+    assert search["max_num_results"]["maximum"] == MAX_SEARCH_RESULTS
+    assert search["mode"]["enum"] == list(SEARCH_MODES)
+    batch = schemas["FileBatchCreate"]["properties"]
+    assert batch["file_ids"]["maxItems"] == MAX_BATCH_FILES

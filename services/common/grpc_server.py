@@ -6,11 +6,15 @@ import asyncio
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+# A servicer method's context; its request and response types are the method's own.
+Context = grpc.aio.ServicerContext[Any, Any]
 
 # Generous message limits: a batch of vectors or chunk texts easily passes gRPC's 4 MB default.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024

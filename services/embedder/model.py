@@ -59,6 +59,8 @@ class ModelInfo:
     # Most tokens / inputs in one forward pass.
     max_batch_tokens: int
     max_batch_inputs: int
+    # Tokens the model adds to every text ([CLS] and [SEP] for BERT).
+    special_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,8 @@ class EmbeddingModel:
             digest=file_digest(path),
             max_batch_tokens=max_batch_tokens,
             max_batch_inputs=max_inputs,
+            # What tokenizing nothing yields is what every text gets added.
+            special_tokens=len(self._llm.tokenize(b"", add_bos=True, special=False)),
         )
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import grpc
 
+from services.common.grpc_server import Context
 from services.common.vectors import to_bytes
 from services.embedder.batcher import Batcher, QueueFull
 from services.embedder.errors import EmbedderError, InputTooLong, InvalidInput
@@ -69,9 +70,7 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             return work()
         return await asyncio.get_running_loop().run_in_executor(self._tokenizer, work)
 
-    async def Embed(
-        self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext
-    ) -> pb.EmbedResponse:
+    async def Embed(self, request: pb.EmbedRequest, context: Context) -> pb.EmbedResponse:
         if request.truncate == pb.TRUNCATE_POLICY_UNSPECIFIED:
             truncate = self._truncate_by_default
         else:
@@ -103,9 +102,7 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             model=self._model.info.name,
         )
 
-    async def Tokenize(
-        self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext
-    ) -> pb.TokenizeResponse:
+    async def Tokenize(self, request: pb.TokenizeRequest, context: Context) -> pb.TokenizeResponse:
         self._tokenize_requests += 1
         try:
             token_lists = await self._off_loop(
@@ -123,9 +120,7 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             ]
         )
 
-    async def Info(
-        self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
-    ) -> pb.InfoResponse:
+    async def Info(self, request: pb.InfoRequest, context: Context) -> pb.InfoResponse:
         info = self._model.info
         return pb.InfoResponse(
             model=info.name,
@@ -143,11 +138,10 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             max_batch_inputs=self._batcher.limits.max_inputs,
             replica_id=self._replica_id,
             max_queued_tokens=self._batcher.limits.max_queued_tokens,
+            special_tokens=info.special_tokens,
         )
 
-    async def Stats(
-        self, request: pb.StatsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.StatsResponse:
+    async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
         stats = self._batcher.stats
         return pb.StatsResponse(
             replica_id=self._replica_id,

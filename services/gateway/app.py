@@ -11,12 +11,13 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from services.gateway import ingest_server
+from services.gateway.attach import Attacher
 from services.gateway.audit import AuditLog
 from services.gateway.auth import ApiKeyMiddleware
-from services.gateway.clients import EmbedderClient, open_channel
+from services.gateway.clients import EmbedderClient, open_channel, store_stub
 from services.gateway.config import GatewayConfig
 from services.gateway.embed_cache import EmbeddingCache
-from services.gateway.errors import EXCEPTION_HANDLERS
+from services.gateway.http_errors import EXCEPTION_HANDLERS
 from services.gateway.openapi import openapi
 from services.gateway.routes import (
     admin,
@@ -28,7 +29,6 @@ from services.gateway.routes import (
     vector_stores,
 )
 from services.gateway.state import Services
-from services.gateway.store_client import StoreClient
 from services.gateway.worker import IngestWorkers, WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ ROUTES = [
     Route(VS, vector_stores.get_vector_store, methods=["GET"]),
     Route(VS, vector_stores.update_vector_store, methods=["POST"]),
     Route(VS, vector_stores.delete_vector_store, methods=["DELETE"]),
-    Route(VS + "/search", vector_stores.search, methods=["POST"]),
+    Route(VS + "/search", vector_stores.search_vector_store, methods=["POST"]),
     Route(VS + "/files", vector_store_files.attach_file, methods=["POST"]),
     Route(VS + "/files", vector_store_files.list_files, methods=["GET"]),
     Route(VS + "/files/{file_id}", vector_store_files.get_file, methods=["GET"]),
@@ -71,10 +71,10 @@ ROUTES = [
 def create_app(config: GatewayConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
-        embedder_channel = open_channel(config.embedder_target)
-        store_channel = open_channel(config.store_target)
-        embedder = EmbedderClient(embedder_channel, config.embed_timeout)
-        store = StoreClient(store_channel, config.store_timeout)
+        embedder_channel = open_channel(config.embedder_target, "embedder", config.embed_timeout)
+        store_channel = open_channel(config.store_target, "store", config.store_timeout)
+        embedder = EmbedderClient(embedder_channel)
+        store = store_stub(store_channel)
         audit = AuditLog(store)
         workers = IngestWorkers(
             embedder,
@@ -90,7 +90,15 @@ def create_app(config: GatewayConfig) -> Starlette:
         )
         audit.start()
         workers.start()
-        deps = Services(config, embedder, store, workers, audit)
+        deps = Services(
+            config,
+            embedder,
+            store,
+            store_channel,
+            workers,
+            audit,
+            Attacher(store, embedder, workers),
+        )
         grpc_server = None
         try:
             if config.ingest_listen.lower() != "off":

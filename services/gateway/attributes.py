@@ -1,32 +1,13 @@
-"""The store's gRPC client: deadlines, error translation, attribute conversion."""
+"""Attribute values between OpenAI's JSON and the store's AttributeValue messages."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-import grpc
-from google.protobuf.message import Message
-
-from services.gateway.errors import from_grpc
-from services.pb import store_pb2, store_pb2_grpc
+from services.pb import store_pb2
 
 Attribute = str | float | bool
-
-
-class StoreClient:
-    """`await store.call("GetFile", pb.GetFileRequest(id=...))`: one deadline, one error mapping."""
-
-    def __init__(self, channel: grpc.aio.Channel, timeout: float) -> None:
-        self.channel = channel
-        self._stub = store_pb2_grpc.StoreStub(channel)
-        self._timeout = timeout
-
-    async def call(self, method: str, request: Message, timeout: float | None = None) -> Any:
-        try:
-            return await getattr(self._stub, method)(request, timeout=timeout or self._timeout)
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc(error, "store") from None
 
 
 def attribute_value(value: Attribute) -> store_pb2.AttributeValue:

@@ -14,8 +14,8 @@ import logging
 import time
 from collections import deque
 
-from services.gateway.errors import ApiError
-from services.gateway.store_client import StoreClient
+from services.gateway.clients import Store
+from services.gateway.errors import ApiError, is_transient
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ MAX_BATCH = 1000
 
 class AuditLog:
     def __init__(
-        self, store: StoreClient, flush_seconds: float = 1.0, max_pending: int = MAX_PENDING
+        self, store: Store, flush_seconds: float = 1.0, max_pending: int = MAX_PENDING
     ) -> None:
         self._store = store
         self._flush_seconds = flush_seconds
@@ -80,9 +80,9 @@ class AuditLog:
         while self._pending:
             batch = [self._pending.popleft() for _ in range(min(MAX_BATCH, len(self._pending)))]
             try:
-                await self._store.call("RecordAudit", store_pb2.RecordAuditRequest(entries=batch))
+                await self._store.RecordAudit(store_pb2.RecordAuditRequest(entries=batch))
             except ApiError as error:
-                if error.status < 500:
+                if not is_transient(error):
                     # The store will never take these (a bug, not an outage): do not retry.
                     log.error("the store refused %d audit entries: %s", len(batch), error.message)
                     continue

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hmac
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.gateway.errors import ApiError
+from services.gateway.errors import Unauthenticated
+from services.gateway.http_errors import response
 
 PROTECTED = ("/v1", "/admin")
 
@@ -34,8 +34,4 @@ class ApiKeyMiddleware:
             if not supplied
             else "invalid API key"
         )
-        error = ApiError(401, message, code="invalid_api_key")
-        response = JSONResponse(
-            error.body(), status_code=401, headers={"WWW-Authenticate": "Bearer"}
-        )
-        await response(scope, receive, send)
+        await response(Unauthenticated(message))(scope, receive, send)

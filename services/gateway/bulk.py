@@ -1,17 +1,16 @@
 """Bulk ingest sessions: a stream of documents in, their progress out. No gRPC here.
 
-A session is the REST upload path run many times over: each document is stored (CreateFile)
-and attached (AttachFile, which records its ingest job in the same store transaction), then
-followed until the gateway's ingest workers finish its job. It never holds more than `window`
-documents between reading them and reporting how they ended, and reads the next document only
-when a slot is free, so a slow embedder slows the sender (transport flow control does the rest).
+A session is the REST upload path run many times over: each document is stored and attached
+by the one attach step (attach.py: one store transaction that also records its ingest job, or
+finds the same content already there), then followed until the ingest workers finish its job.
+It never holds more than `window` documents between reading them and reporting how they
+ended, and reads the next document only when a slot is free, so a slow embedder slows the
+sender (transport flow control does the rest).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
@@ -19,12 +18,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from services.gateway.errors import ApiError, invalid
+from services.gateway import errors
+from services.gateway.attach import Attachment, Upload
+from services.gateway.clients import Store
+from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
 from services.gateway.params import attributes
 from services.gateway.parsing import UnsupportedFile, check_supported
 from services.gateway.state import Services
-from services.gateway.store_client import StoreClient, attributes_message
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -34,9 +35,6 @@ ACCEPT_CONCURRENCY = 8
 # Unfinished documents checked per poll; polling only finds jobs that other gateways finished
 # (this gateway's workers report their own at once).
 POLL_BATCH = 16
-# Failures that end the stream rather than one document: the backends are down or overloaded,
-# so every following document would fail the same way. The client re-sends.
-TRANSIENT = frozenset({429, 503, 504})
 
 
 class State(Enum):
@@ -106,40 +104,31 @@ _Key = tuple[str, str]  # (vector store id, file id)
 _Event = Progress | BaseException | None  # None: the request stream has ended
 
 
-async def resolve_vector_store(store: StoreClient, ref: str) -> str:
+async def resolve_vector_store(store: Store, ref: str) -> str:
     """The id of the vector store `ref` names: an id ("vs_...") or a name matching one store."""
     if not ref:
         raise invalid("the document names no vector store: set vector_store to an id or a name")
     if ref.startswith("vs_"):
         try:
-            await store.call("GetCollection", store_pb2.GetCollectionRequest(id=ref))
+            await store.GetCollection(store_pb2.GetCollectionRequest(id=ref))
             return ref
-        except ApiError as error:
-            if error.status != 404:
-                raise
-    matches: list[str] = []
-    after = ""
-    while True:
-        page = await store.call(
-            "ListCollections", store_pb2.ListCollectionsRequest(limit=100, order="asc", after=after)
-        )
-        matches += [c.id for c in page.collections if c.name == ref]
-        if not page.has_more or not page.collections:
-            break
-        after = page.collections[-1].id
+        except errors.NotFound:
+            pass
+    page = await store.ListCollections(
+        store_pb2.ListCollectionsRequest(limit=100, order="asc", name=ref)
+    )
+    matches = [c.id for c in page.collections]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise ApiError(
-            404,
+        raise errors.NotFound(
             f"no vector store has the id or name '{ref}'; create it first "
-            f"(POST /v1/vector_stores, or `ragd index create -n {ref}`)",
-            code="not_found",
+            f"(POST /v1/vector_stores, or `ragd index create -n {ref}`)"
         )
-    raise ApiError(
-        409,
-        f"{len(matches)} vector stores are named '{ref}' ({', '.join(matches)}); "
-        "send the id of the one you mean",
+    more = ", ..." if page.has_more else ""
+    raise errors.Conflict(
+        f"{len(matches)}{'+' if more else ''} vector stores are named '{ref}' "
+        f"({', '.join(matches)}{more}); send the id of the one you mean",
         code="ambiguous_name",
     )
 
@@ -163,7 +152,9 @@ class IngestSession:
     ) -> AsyncGenerator[Progress | Summary, None]:
         """Progress of each document as it happens, then the summary.
 
-        Raises ApiError (and stops reading) when the store or embedder cannot be reached.
+        Raises a transient errors.ApiError (and stops reading) when the store or embedder
+        cannot be reached, or is overloaded: every following document would fail the same
+        way, and the client re-sends.
         """
         started = time.monotonic()
         unsubscribe = self._deps.workers.subscribe(self._on_done)
@@ -229,11 +220,15 @@ class IngestSession:
                 event = await self._store_document(index, document)
             finally:
                 self._accepting.release()
-        except ApiError as error:
-            if error.status in TRANSIENT:
+        except errors.ApiError as error:
+            if errors.is_transient(error):
                 self._events.put_nowait(error)
                 return
-            code = (error.code or "invalid_value") if error.status < 500 else "server_error"
+            code = (
+                (error.code or "invalid_value")
+                if isinstance(error, errors.REFUSALS)
+                else ("server_error")
+            )
             event = Progress(index, document.ref, State.FAILED, "", "", 0, code, error.message)
         except Exception:
             log.exception("bulk ingest of %r failed", document.ref)
@@ -243,7 +238,6 @@ class IngestSession:
         self._events.put_nowait(event)
 
     async def _store_document(self, index: int, document: Document) -> Progress:
-        store = self._deps.store
         store_id = await self._resolve(document.vector_store)
 
         def failed(code: str, message: str) -> Progress:
@@ -267,45 +261,17 @@ class IngestSession:
                 f"'{document.filename}' has {len(content)} bytes; the limit is {limit} "
                 "(RAGD_MAX_UPLOAD_BYTES)",
             )
-        attrs = attributes_message(attributes({"attributes": document.attributes}))
-        strategy = resolve_chunking(document.chunking, await self._deps.embedder.info())
-        sha256 = hashlib.sha256(content).hexdigest()
-        found = await store.call(
-            "FindCollectionFile",
-            store_pb2.FindCollectionFileRequest(collection_id=store_id, sha256=sha256),
+        item = Attachment(
+            strategy=resolve_chunking(document.chunking, await self._deps.embedder.info()),
+            upload=Upload(document.filename, content),
+            attributes=attributes({"attributes": document.attributes}),
         )
-        if found.found and found.file.status in ("in_progress", "completed"):
-            return self._existing(index, document.ref, found.file)
-        if found.found:
-            # It failed (or was cancelled) before: attach the same file again, which retries it
-            # without another copy of the content or another row in the vector store.
-            file_id, created = found.file.file_id, False
-        else:
-            file_id, created = await self._create_file(document.filename, content), True
-        attached = await store.call(
-            "AttachFile",
-            store_pb2.AttachFileRequest(
-                collection_id=store_id,
-                file_id=file_id,
-                attributes=attrs,
-                chunking_json=json.dumps(strategy.as_json()),
-            ),
-        )
+        attached = await self._deps.attacher.attach(store_id, item)
         if attached.deduplicated:
-            # Another stream attached the same content in between: keep one copy.
-            if created and attached.file_id != file_id:
-                await self._delete_file(file_id)
+            # The vector store has this content already (indexed, or being indexed).
             return self._existing(index, document.ref, attached)
         self._track(attached, _Waiter(index, document.ref, duplicate=False))
-        self._deps.workers.wake()
         return Progress(index, document.ref, State.ACCEPTED, store_id, attached.file_id)
-
-    async def _create_file(self, filename: str, content: bytes) -> str:
-        created = await self._deps.store.call(
-            "CreateFile",
-            store_pb2.CreateFileRequest(filename=filename, purpose="assistants", content=content),
-        )
-        return str(created.id)
 
     async def _resolve(self, ref: str) -> str:
         task = self._stores.get(ref)
@@ -314,12 +280,6 @@ class IngestSession:
             self._stores[ref] = task
         # Shielded: one cancelled document must not cancel the lookup the others share.
         return await asyncio.shield(task)
-
-    async def _delete_file(self, file_id: str) -> None:
-        try:
-            await self._deps.store.call("DeleteFile", store_pb2.GetFileRequest(id=file_id))
-        except ApiError as error:
-            log.warning("cannot delete the duplicate file %s: %s", file_id, error.message)
 
     def _existing(self, index: int, ref: str, item: store_pb2.CollectionFile) -> Progress:
         """A document whose content the vector store already has (indexed or being indexed)."""
@@ -361,14 +321,10 @@ class IngestSession:
     async def _check(self, key: _Key) -> bool:
         store_id, file_id = key
         try:
-            item = await self._deps.store.call(
-                "GetCollectionFile",
-                store_pb2.CollectionFileRef(collection_id=store_id, file_id=file_id),
+            item = await self._deps.store.GetCollectionFile(
+                store_pb2.CollectionFileRef(collection_id=store_id, file_id=file_id)
             )
-        except ApiError as error:
-            if error.status != 404:
-                log.warning("cannot follow %s in %s: %s", file_id, store_id, error.message)
-                return False
+        except errors.NotFound:
             item = store_pb2.CollectionFile(
                 collection_id=store_id,
                 file_id=file_id,
@@ -378,6 +334,9 @@ class IngestSession:
                     message="the file was removed from the vector store before it was indexed",
                 ),
             )
+        except errors.ApiError as error:
+            log.warning("cannot follow %s in %s: %s", file_id, store_id, error.message)
+            return False
         if item.status == "in_progress":
             # Not finished: look again only after another poll period.
             if key in self._tracked:

@@ -1,20 +1,44 @@
-"""gRPC clients for the embedder and the store: channels, deadlines, error translation."""
+"""gRPC clients for the embedder and the store: channels, deadlines, error translation.
+
+Every call goes through one interceptor that applies the channel's default deadline and turns
+a failed call into the gateway's errors (errors.py), so nothing above this module sees gRPC.
+The store is used through its typed stub (`Store`); the embedder through EmbedderClient,
+which also decodes and checks its replies.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.grpc_server import MAX_MESSAGE_BYTES
 from services.common.vectors import FloatMatrix, from_bytes
-from services.gateway.errors import ApiError, from_grpc
-from services.pb import embedder_pb2, embedder_pb2_grpc
+from services.gateway import errors
+from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2_grpc
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from services.pb.embedder_pb2_grpc import EmbedderAsyncStub
+    from services.pb.store_pb2_grpc import StoreAsyncStub
+
+    # The store's typed stub (the generated class exists only in its type stub).
+    Store: TypeAlias = StoreAsyncStub
+else:
+    Store = Any
+
+log = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 # round_robin spreads calls over every address the target resolves to (several embedder
 # replicas); health checking skips replicas that are not SERVING; UNAVAILABLE is retried
@@ -78,7 +102,9 @@ def channel_target(target: str) -> str:
     return "ipv4:" + ",".join(ipv4) if ipv4 else "ipv6:" + ",".join(ipv6)
 
 
-def open_channel(target: str) -> grpc.aio.Channel:
+def open_channel(target: str, service: str, timeout: float) -> grpc.aio.Channel:
+    """A channel to `service` ("store" or "embedder") whose calls have a `timeout` deadline
+    unless they pass their own, and raise errors.ApiError kinds instead of gRPC errors."""
     options = [
         ("grpc.service_config", json.dumps(_SERVICE_CONFIG)),
         ("grpc.enable_retries", 1),
@@ -100,7 +126,97 @@ def open_channel(target: str) -> grpc.aio.Channel:
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
-    return grpc.aio.insecure_channel(channel_target(target), options=options)
+    return grpc.aio.insecure_channel(
+        channel_target(target),
+        options=options,
+        interceptors=[_Translate(service, timeout)],
+    )
+
+
+# Trailing metadata of an Embed refused for an over-long input (see protos/embedder.proto).
+_REASON_KEY = "ragd-reason"
+_INPUT_TOO_LONG = "input-too-long"
+
+# gRPC status -> the error kind. Client errors pass the service's message through: the
+# services write those for users. Server errors get a message of our own.
+_KINDS: dict[grpc.StatusCode, type[errors.ApiError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidRequest,
+    grpc.StatusCode.OUT_OF_RANGE: errors.InvalidRequest,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.Refused,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: errors.Conflict,
+    grpc.StatusCode.ABORTED: errors.Conflict,
+    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.Overloaded,
+    grpc.StatusCode.UNIMPLEMENTED: errors.NotImplementedHere,
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+    grpc.StatusCode.CANCELLED: errors.Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.Timeout,
+}
+_CODES = {grpc.StatusCode.ALREADY_EXISTS: "already_exists"}
+
+
+def from_grpc(error: grpc.aio.AioRpcError, service: str) -> errors.ApiError:
+    """A failed call to `service` as the gateway's error."""
+    kind = _KINDS.get(error.code(), errors.Internal)
+    details = error.details() or ""
+    if kind is errors.InvalidRequest and _reason(error) == _INPUT_TOO_LONG:
+        return errors.InvalidRequest(details, param="input", code="context_length_exceeded")
+    if kind is errors.Overloaded:
+        return kind(details or f"the {service} is overloaded; retry shortly", retry_after=1)
+    if kind in (errors.Unavailable, errors.Timeout):
+        message = (
+            f"the {service} service is unavailable; retry shortly"
+            if kind is errors.Unavailable
+            else f"the {service} service did not answer in time"
+        )
+        return kind(message, retry_after=1 if kind is errors.Unavailable else None)
+    if kind is errors.Internal:
+        log.error("%s call failed: %s %s", service, error.code(), details)
+        return kind(f"internal error in the {service} service")
+    return kind(details or f"the {service} refused the request", code=_CODES.get(error.code()))
+
+
+def _reason(error: grpc.aio.AioRpcError) -> str | None:
+    for key, value in error.trailing_metadata() or ():
+        if key == _REASON_KEY:
+            return str(value)
+    return None
+
+
+class _Translate(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, service: str, timeout: float) -> None:
+        self._service = service
+        self._timeout = timeout
+
+    async def intercept_unary_unary(
+        self,
+        continuation: Callable[
+            [grpc.aio.ClientCallDetails, Req], Awaitable[grpc.aio.UnaryUnaryCall[Req, Resp]]
+        ],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Req,
+    ) -> Resp | grpc.aio.UnaryUnaryCall[Req, Resp]:
+        details = client_call_details
+        if details.timeout is None:
+            details = grpc.aio.ClientCallDetails(
+                details.method,
+                self._timeout,
+                details.metadata,
+                details.credentials,
+                details.wait_for_ready,
+            )
+        call = await continuation(details, request)
+        try:
+            return await call
+        except grpc.aio.AioRpcError as error:
+            raise from_grpc(error, self._service) from None
+
+
+def store_stub(channel: grpc.aio.Channel) -> Store:
+    """The store's typed stub over a channel from open_channel."""
+    return store_pb2_grpc.StoreStub(channel)
 
 
 async def check_health(channel: grpc.aio.Channel, timeout: float = 2.0) -> str:
@@ -108,14 +224,9 @@ async def check_health(channel: grpc.aio.Channel, timeout: float = 2.0) -> str:
     stub = health_pb2_grpc.HealthStub(channel)
     try:
         reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout)
-    except grpc.aio.AioRpcError:
+    except (grpc.aio.AioRpcError, errors.ApiError):
         return "UNAVAILABLE"
     return str(health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status))
-
-
-# Trailing metadata of an Embed refused for an over-long input (see protos/embedder.proto).
-_REASON_KEY = "ragd-reason"
-_INPUT_TOO_LONG = "input-too-long"
 
 
 @dataclass(frozen=True)
@@ -126,31 +237,38 @@ class ModelInfo:
     pooling: str
     normalized: bool
     digest: str
+    # Tokens the model adds to every text ([CLS] and [SEP] for BERT).
+    special_tokens: int
 
 
 @dataclass(frozen=True)
 class Embedded:
-    vectors: FloatMatrix
+    # len(texts) x dimensions little-endian float32, as the embedder sent them.
+    data: bytes
+    dimensions: int
     token_counts: list[int]
     truncated: list[bool]
     model: str
 
+    @property
+    def vectors(self) -> FloatMatrix:
+        return from_bytes(self.data, self.dimensions, len(self.token_counts))
+
+    def vector_bytes(self, index: int) -> bytes:
+        """Vector `index` in the wire format, without decoding it."""
+        size = 4 * self.dimensions
+        return self.data[index * size : (index + 1) * size]
+
 
 class EmbedderClient:
-    def __init__(self, channel: grpc.aio.Channel, timeout: float) -> None:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
         self.channel = channel
-        self._stub = embedder_pb2_grpc.EmbedderStub(channel)
-        self._timeout = timeout
+        self._stub: EmbedderAsyncStub = embedder_pb2_grpc.EmbedderStub(channel)
         self._info: ModelInfo | None = None
 
     async def info(self, refresh: bool = False, timeout: float | None = None) -> ModelInfo:
         if self._info is None or refresh:
-            try:
-                reply = await self._stub.Info(
-                    embedder_pb2.InfoRequest(), timeout=timeout or self._timeout
-                )
-            except grpc.aio.AioRpcError as error:
-                raise from_grpc(error, "embedder") from None
+            reply = await self._stub.Info(embedder_pb2.InfoRequest(), timeout=timeout)
             self._info = ModelInfo(
                 name=reply.model,
                 dimensions=reply.dimensions,
@@ -158,13 +276,14 @@ class EmbedderClient:
                 pooling=reply.pooling,
                 normalized=reply.normalized,
                 digest=reply.model_digest,
+                special_tokens=reply.special_tokens,
             )
         return self._info
 
     async def embed(
         self, texts: Sequence[str], truncate: bool | None = None, timeout: float | None = None
     ) -> Embedded:
-        """`timeout` overrides the client's deadline for this call."""
+        """`timeout` overrides the channel's deadline for this call."""
         policy = embedder_pb2.TRUNCATE_POLICY_UNSPECIFIED
         if truncate is not None:
             policy = (
@@ -175,37 +294,32 @@ class EmbedderClient:
         request = embedder_pb2.EmbedRequest(
             texts=[_utf8(text, index) for index, text in enumerate(texts)], truncate=policy
         )
-        try:
-            reply = await self._stub.Embed(request, timeout=timeout or self._timeout)
-        except grpc.aio.AioRpcError as error:
-            if _reason(error) == _INPUT_TOO_LONG:
-                raise ApiError(
-                    400, error.details() or "", param="input", code="context_length_exceeded"
-                ) from None
-            raise from_grpc(error, "embedder") from None
+        reply = await self._stub.Embed(request, timeout=timeout)
         info = await self.info(timeout=timeout)
         if (reply.model, reply.dimensions) != (info.name, info.dimensions):
             # Every replica must serve one model: vectors of two models mixed in a collection
             # are silently wrong. Info is re-read once, in case all replicas were replaced.
             info = await self.info(refresh=True, timeout=timeout)
             if (reply.model, reply.dimensions) != (info.name, info.dimensions):
-                raise ApiError(
-                    502,
+                raise errors.BadGateway(
                     f"embedder replicas disagree: one serves {reply.model} "
                     f"({reply.dimensions} dims), another {info.name} ({info.dimensions} dims); "
-                    "every replica behind one target must serve the same model",
-                    code="bad_gateway",
+                    "every replica behind one target must serve the same model"
                 )
-        try:
-            vectors = from_bytes(reply.vectors, reply.dimensions, len(texts))
-            if not len(reply.token_counts) == len(reply.truncated) == len(texts):
-                raise ValueError(f"{len(reply.token_counts)} token counts for {len(texts)} texts")
-        except ValueError as error:
-            raise ApiError(
-                502, f"embedder sent a malformed reply: {error}", code="bad_gateway"
-            ) from None
+        count = len(texts)
+        if not (
+            reply.dimensions > 0
+            and len(reply.vectors) == 4 * reply.dimensions * count
+            and len(reply.token_counts) == len(reply.truncated) == count
+        ):
+            raise errors.BadGateway(
+                f"embedder sent a malformed reply: {len(reply.vectors)} vector bytes, "
+                f"{len(reply.token_counts)} token counts for {count} texts of "
+                f"{reply.dimensions} dims"
+            )
         return Embedded(
-            vectors=vectors,
+            data=reply.vectors,
+            dimensions=reply.dimensions,
             token_counts=list(reply.token_counts),
             truncated=list(reply.truncated),
             model=reply.model,
@@ -215,18 +329,8 @@ class EmbedderClient:
         request = embedder_pb2.TokenizeRequest(
             texts=[_utf8(text, index) for index, text in enumerate(texts)]
         )
-        try:
-            reply = await self._stub.Tokenize(request, timeout=self._timeout)
-        except grpc.aio.AioRpcError as error:
-            raise from_grpc(error, "embedder") from None
+        reply = await self._stub.Tokenize(request)
         return [result.count for result in reply.results]
-
-
-def _reason(error: grpc.aio.AioRpcError) -> str | None:
-    for key, value in error.trailing_metadata() or ():
-        if key == _REASON_KEY:
-            return str(value)
-    return None
 
 
 def _utf8(text: str, index: int) -> bytes:
@@ -234,9 +338,6 @@ def _utf8(text: str, index: int) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         # JSON can carry lone surrogates ("\ud800") that have no UTF-8 form.
-        raise ApiError(
-            400,
-            f"input {index} is not valid Unicode text (lone surrogate)",
-            param="input",
-            code="invalid_value",
+        raise errors.InvalidRequest(
+            f"input {index} is not valid Unicode text (lone surrogate)", param="input"
         ) from None

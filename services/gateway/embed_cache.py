@@ -12,9 +12,8 @@ import logging
 from collections.abc import Sequence
 
 from services.common.vectors import FloatMatrix, from_bytes, to_bytes
-from services.gateway.clients import ModelInfo
+from services.gateway.clients import ModelInfo, Store
 from services.gateway.errors import ApiError
-from services.gateway.store_client import StoreClient
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,7 @@ def model_key(info: ModelInfo) -> str | None:
 
 
 class EmbeddingCache:
-    def __init__(self, store: StoreClient) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     async def lookup(self, info: ModelInfo, hashes: Sequence[bytes]) -> list[FloatMatrix | None]:
@@ -45,11 +44,10 @@ class EmbeddingCache:
         for start in range(0, len(hashes), BATCH):
             part = list(hashes[start : start + BATCH])
             try:
-                reply = await self._store.call(
-                    "GetCachedEmbeddings",
+                reply = await self._store.GetCachedEmbeddings(
                     store_pb2.GetCachedEmbeddingsRequest(
                         model_key=key, dimensions=info.dimensions, text_sha256=part
-                    ),
+                    )
                 )
                 flags = list(reply.found)
                 if len(flags) != len(part):
@@ -69,14 +67,13 @@ class EmbeddingCache:
             return
         for start in range(0, len(hashes), BATCH):
             try:
-                await self._store.call(
-                    "PutCachedEmbeddings",
+                await self._store.PutCachedEmbeddings(
                     store_pb2.PutCachedEmbeddingsRequest(
                         model_key=key,
                         dimensions=info.dimensions,
                         text_sha256=list(hashes[start : start + BATCH]),
                         vectors=to_bytes(vectors[start : start + BATCH]),
-                    ),
+                    )
                 )
             except ApiError as error:
                 log.warning("cannot store vectors in the embedding cache: %s", error.message)

@@ -1,135 +1,122 @@
-"""API errors in OpenAI's shape, and the one place gRPC statuses become HTTP statuses."""
+"""What can go wrong in the gateway, named for the caller and independent of the transport.
+
+Routes, the ingest pipeline and the backend clients raise these; http_errors.py maps each kind
+once to an HTTP status and OpenAI's error JSON, ingest_server.py once to a gRPC status. The
+message is written for users and shown as it is.
+"""
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-import grpc
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-
-log = logging.getLogger(__name__)
+from typing import ClassVar
 
 
 class ApiError(Exception):
-    """An error the client should see: status, message and OpenAI's type/param/code."""
+    """Base of the errors a client sees: a message, and OpenAI's `param` and `code`."""
+
+    default_code: ClassVar[str | None] = None
 
     def __init__(
         self,
-        status: int,
         message: str,
         *,
         param: str | None = None,
         code: str | None = None,
-        type: str | None = None,
-        headers: dict[str, str] | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
         self.message = message
         self.param = param
-        self.code = code
-        self.type = type or _default_type(status)
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+        self.code = code or self.default_code
+        # Seconds after which a retry may succeed (transient errors).
+        self.retry_after = retry_after
 
 
-def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
+class InvalidRequest(ApiError):
+    """The request itself is wrong: a missing, malformed or out-of-range value."""
+
+    default_code = "invalid_value"
 
 
-def not_found(message: str, param: str | None = None) -> ApiError:
-    return ApiError(404, message, param=param, code="not_found")
+class Refused(ApiError):
+    """A valid request the current state does not allow, e.g. a vector store of another
+    model."""
+
+    default_code = "failed_precondition"
 
 
-def _default_type(status: int) -> str:
-    if status == 401:
-        return "authentication_error"
-    if status == 403:
-        return "permission_error"
-    if status == 404:
-        return "not_found_error"
-    if status == 429:
-        return "rate_limit_error"
-    if status >= 500:
-        return "server_error"
-    return "invalid_request_error"
+class Unauthenticated(ApiError):
+    default_code = "invalid_api_key"
 
 
-# gRPC status -> (HTTP status, OpenAI code). Client errors pass the service's message through:
-# the services write those for users. Server errors get a message of our own.
-_GRPC_TO_HTTP: dict[grpc.StatusCode, tuple[int, str | None]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_value"),
-    grpc.StatusCode.FAILED_PRECONDITION: (400, "failed_precondition"),
-    grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_value"),
-    grpc.StatusCode.NOT_FOUND: (404, "not_found"),
-    grpc.StatusCode.ALREADY_EXISTS: (409, "already_exists"),
-    grpc.StatusCode.ABORTED: (409, "conflict"),
-    grpc.StatusCode.UNAUTHENTICATED: (401, "invalid_api_key"),
-    grpc.StatusCode.PERMISSION_DENIED: (403, "permission_denied"),
-    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_exceeded"),
-    grpc.StatusCode.UNIMPLEMENTED: (501, "not_implemented"),
-    grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable"),
-    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "timeout"),
-    grpc.StatusCode.CANCELLED: (503, "cancelled"),
-}
+class PermissionDenied(ApiError):
+    default_code = "permission_denied"
 
 
-def from_grpc(error: grpc.aio.AioRpcError, service: str) -> ApiError:
-    """Translates a failed gRPC call to `service` ("embedder" or "store") into an ApiError."""
-    status, code = _GRPC_TO_HTTP.get(error.code(), (500, "server_error"))
-    details = error.details() or ""
-    if status < 500:
-        headers = {"Retry-After": "1"} if status == 429 else None
-        return ApiError(
-            status, details or f"the {service} refused the request", code=code, headers=headers
-        )
-    if status == 503:
-        message = f"the {service} service is unavailable; retry shortly"
-        return ApiError(503, message, code=code, headers={"Retry-After": "1"})
-    if status == 504:
-        return ApiError(504, f"the {service} service did not answer in time", code=code)
-    if status == 501:
-        return ApiError(501, details or f"not implemented by the {service}", code=code)
-    log.error("%s call failed: %s %s", service, error.code(), details)
-    return ApiError(500, f"internal error in the {service} service", code="server_error")
+class NotFound(ApiError):
+    default_code = "not_found"
 
 
-async def handle_api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+class Conflict(ApiError):
+    """The name is taken or ambiguous, or another operation is in the way."""
+
+    default_code = "conflict"
 
 
-async def handle_http_exception(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, HTTPException)
-    message = exc.detail if isinstance(exc.detail, str) else "request failed"
-    if exc.status_code == 404:
-        message = f"no route for {request.method} {request.url.path}"
-    elif exc.status_code == 405:
-        message = f"method {request.method} is not allowed on {request.url.path}"
-    error = ApiError(exc.status_code, message)
-    return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+class TooLarge(ApiError):
+    default_code = "file_too_large"
 
 
-async def handle_unexpected(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    error = ApiError(500, "internal server error", code="server_error")
-    return JSONResponse(error.body(), status_code=500)
+class Overloaded(ApiError):
+    """A backend is saturated: retry after `retry_after` seconds."""
+
+    default_code = "rate_limit_exceeded"
 
 
-EXCEPTION_HANDLERS = {
-    ApiError: handle_api_error,
-    HTTPException: handle_http_exception,
-    Exception: handle_unexpected,
-}
+class Unavailable(ApiError):
+    """A backend cannot be reached (down, restarting, or its database busy)."""
+
+    default_code = "service_unavailable"
+
+
+class Timeout(ApiError):
+    """A backend did not answer within the deadline."""
+
+    default_code = "timeout"
+
+
+class BadGateway(ApiError):
+    """A backend answered something the gateway cannot use."""
+
+    default_code = "bad_gateway"
+
+
+class NotImplementedHere(ApiError):
+    default_code = "not_implemented"
+
+
+class Internal(ApiError):
+    """A bug or an unexpected failure; details go to the log, not to the client."""
+
+    default_code = "server_error"
+
+
+# Failures that say nothing about the request: the same request may well succeed later. Ingest
+# retries them with backoff, bulk ingest ends the stream on them (the client re-sends), and the
+# audit log keeps its entries for the next attempt.
+TRANSIENT: tuple[type[ApiError], ...] = (Overloaded, Unavailable, Timeout)
+
+
+# The backend understood the request and said no: retrying the same request cannot help.
+REFUSALS: tuple[type[ApiError], ...] = (InvalidRequest, Refused, NotFound, Conflict)
+
+
+def is_transient(error: BaseException) -> bool:
+    return isinstance(error, TRANSIENT)
+
+
+def invalid(message: str, param: str | None = None, code: str | None = None) -> InvalidRequest:
+    return InvalidRequest(message, param=param, code=code)
+
+
+def not_found(message: str, param: str | None = None) -> NotFound:
+    return NotFound(message, param=param)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from services.common.vocabulary import FILTER_COMPARISONS, FILTER_COMPOUNDS, MAX_FILTER_DEPTH
+from services.gateway.attributes import attribute_value
 from services.gateway.errors import invalid
-from services.gateway.store_client import attribute_value
 from services.pb import store_pb2
 
-COMPARISONS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin")
-COMPOUNDS = ("and", "or")
-MAX_DEPTH = 8
+COMPARISONS = FILTER_COMPARISONS
+COMPOUNDS = FILTER_COMPOUNDS
+MAX_DEPTH = MAX_FILTER_DEPTH
 
 
 def parse_filter(raw: Any, path: str = "filters", depth: int = 0) -> store_pb2.Filter:

@@ -9,35 +9,32 @@ from typing import Any
 
 import numpy as np
 
+from services.common.vocabulary import AUTO, MAX_CHUNK_TOKENS, MIN_CHUNK_TOKENS, STATIC
 from services.gateway.chunking import Chunk, chunk_text
 from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.embed_cache import EmbeddingCache, text_hash
-from services.gateway.errors import ApiError, invalid
+from services.gateway.errors import invalid
 from services.pb import store_pb2
 
 # OpenAI's "auto" strategy is 800 tokens with 400 overlap; a model whose context is smaller
 # (MiniLM: 256) gets chunks of its full context and a quarter of that as overlap.
 AUTO_MAX_TOKENS = 800
 AUTO_OVERLAP_TOKENS = 400
-# [CLS] and [SEP]: what the embedder's token count adds to every text.
-SPECIAL_TOKENS = 2
 
 
 @dataclass(frozen=True)
 class ChunkingStrategy:
     max_tokens: int
     overlap_tokens: int
-    kind: str  # "auto" or "static"
 
-    def as_json(self) -> dict[str, Any]:
-        # OpenAI reports the resolved sizes for both kinds.
-        return {
-            "type": "static",
-            "static": {
-                "max_chunk_size_tokens": self.max_tokens,
-                "chunk_overlap_tokens": self.overlap_tokens,
-            },
-        }
+    def message(self) -> store_pb2.ChunkingStrategy:
+        return store_pb2.ChunkingStrategy(
+            max_chunk_size_tokens=self.max_tokens, chunk_overlap_tokens=self.overlap_tokens
+        )
+
+    @classmethod
+    def from_message(cls, message: store_pb2.ChunkingStrategy) -> ChunkingStrategy:
+        return cls(message.max_chunk_size_tokens, message.chunk_overlap_tokens)
 
 
 def resolve_chunking(
@@ -45,19 +42,24 @@ def resolve_chunking(
 ) -> ChunkingStrategy:
     """Validates an OpenAI chunking_strategy against the model's context."""
     limit = model.max_input_tokens
-    if raw is None or (isinstance(raw, dict) and raw.get("type") == "auto"):
+    if raw is None or (isinstance(raw, dict) and raw.get("type") == AUTO):
         auto = min(AUTO_MAX_TOKENS, limit)
-        return ChunkingStrategy(auto, min(AUTO_OVERLAP_TOKENS, auto // 4), "auto")
-    if not isinstance(raw, dict) or raw.get("type") != "static":
+        return ChunkingStrategy(auto, min(AUTO_OVERLAP_TOKENS, auto // 4))
+    if not isinstance(raw, dict) or raw.get("type") != STATIC:
         raise invalid(f"'{param}.type' must be 'auto' or 'static'", param=param)
     static = raw.get("static")
     if not isinstance(static, dict):
         raise invalid(f"'{param}.static' must be an object", param=param)
     size: Any = static.get("max_chunk_size_tokens")
     overlap: Any = static.get("chunk_overlap_tokens", 0)
-    if isinstance(size, bool) or not isinstance(size, int) or not 100 <= size <= 4096:
+    if (
+        isinstance(size, bool)
+        or not isinstance(size, int)
+        or not MIN_CHUNK_TOKENS <= size <= MAX_CHUNK_TOKENS
+    ):
         raise invalid(
-            f"'{param}.static.max_chunk_size_tokens' must be an integer from 100 to 4096",
+            f"'{param}.static.max_chunk_size_tokens' must be an integer from "
+            f"{MIN_CHUNK_TOKENS} to {MAX_CHUNK_TOKENS}",
             param=param,
         )
     if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= size // 2:
@@ -72,30 +74,7 @@ def resolve_chunking(
             f"{model.name} accepts at most {limit} tokens per chunk; use {limit} or less",
             param=param,
         )
-    return ChunkingStrategy(size, overlap, "static")
-
-
-def check_store_model(collection: store_pb2.Collection, model: ModelInfo) -> None:
-    """A 400 naming both models when the vector store was indexed with another model."""
-    if (collection.model, collection.dimensions) == (model.name, model.dimensions):
-        return
-    raise ApiError(
-        400,
-        f"vector store {collection.id!r} was indexed with {collection.model} "
-        f"({collection.dimensions} dims) but this server embeds with {model.name} "
-        f"({model.dimensions} dims); attach the file to a vector store created with "
-        f"{model.name}, or index into this one from a ragd whose embedder serves "
-        f"{collection.model}",
-        code="failed_precondition",
-    )
-
-
-def strategy_from_json(raw: Any) -> ChunkingStrategy:
-    """A strategy recorded by resolve_chunking (always static, with sizes) read back."""
-    static = raw["static"]
-    return ChunkingStrategy(
-        static["max_chunk_size_tokens"], static["chunk_overlap_tokens"], raw.get("type", "static")
-    )
+    return ChunkingStrategy(size, overlap)
 
 
 async def chunk(embedder: EmbedderClient, text: str, strategy: ChunkingStrategy) -> list[Chunk]:
@@ -106,8 +85,9 @@ async def chunk(embedder: EmbedderClient, text: str, strategy: ChunkingStrategy)
         future = asyncio.run_coroutine_threadsafe(embedder.count_tokens(texts), loop)
         return future.result()
 
+    special = (await embedder.info()).special_tokens
     return await asyncio.to_thread(
-        chunk_text, text, count, strategy.max_tokens, strategy.overlap_tokens, SPECIAL_TOKENS
+        chunk_text, text, count, strategy.max_tokens, strategy.overlap_tokens, special
     )
 
 

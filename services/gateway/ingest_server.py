@@ -11,14 +11,14 @@ import contextlib
 import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
-from services.common.grpc_server import MAX_MESSAGE_BYTES, add_health, set_serving
+from services.common.grpc_server import MAX_MESSAGE_BYTES, Context, add_health, set_serving
+from services.gateway import errors
 from services.gateway.bulk import Document, IngestSession, Progress, State, Summary
 from services.gateway.config import GatewayConfig
-from services.gateway.errors import ApiError
 from services.gateway.parsing import SUPPORTED
 from services.gateway.state import Services
 from services.pb import ingest_pb2 as pb
@@ -27,6 +27,8 @@ from services.pb import ingest_pb2_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "ragd.ingest.v1.Ingest"
+# Generic only in grpc's type stubs.
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 _STATES = {
     State.ACCEPTED: pb.DOCUMENT_STATE_ACCEPTED,
@@ -35,19 +37,27 @@ _STATES = {
     State.FAILED: pb.DOCUMENT_STATE_FAILED,
 }
 
-_HTTP_TO_GRPC = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.ABORTED,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.DEADLINE_EXCEEDED,
-}
+# The gateway's errors as gRPC statuses: the one place kinds get codes on this door.
+_STATUS: list[tuple[type[errors.ApiError], grpc.StatusCode]] = [
+    (errors.InvalidRequest, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.TooLarge, grpc.StatusCode.INVALID_ARGUMENT),
+    (errors.Refused, grpc.StatusCode.FAILED_PRECONDITION),
+    (errors.Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (errors.PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
+    (errors.Conflict, grpc.StatusCode.ABORTED),
+    (errors.Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (errors.Timeout, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (errors.NotImplementedHere, grpc.StatusCode.UNIMPLEMENTED),
+]
 
 
-def status_for(error: ApiError) -> grpc.StatusCode:
-    return _HTTP_TO_GRPC.get(error.status, grpc.StatusCode.INTERNAL)
+def status_for(error: errors.ApiError) -> grpc.StatusCode:
+    for kind, code in _STATUS:
+        if isinstance(error, kind):
+            return code
+    return grpc.StatusCode.INTERNAL
 
 
 def _document(request: pb.IngestRequest) -> Document:
@@ -114,12 +124,10 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
     def __init__(self, deps: Services) -> None:
         self._deps = deps
 
-    async def Info(
-        self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
-    ) -> pb.InfoResponse:
+    async def Info(self, request: pb.InfoRequest, context: Context) -> pb.InfoResponse:
         try:
             model = await self._deps.embedder.info()
-        except ApiError as error:
+        except errors.ApiError as error:
             await context.abort(status_for(error), error.message)
         config = self._deps.config
         return pb.InfoResponse(
@@ -134,7 +142,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
     async def IngestDocuments(
         self,
         request_iterator: AsyncIterator[pb.IngestRequest],
-        context: grpc.aio.ServicerContext,
+        context: Context,
     ) -> AsyncIterator[pb.IngestResponse]:
         async def documents() -> AsyncIterator[Document]:
             async for request in request_iterator:
@@ -146,12 +154,11 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
             try:
                 async for event in events:
                     yield _response(event)
-            except ApiError as error:
+            except errors.ApiError as error:
                 await context.abort(status_for(error), error.message)
 
 
-# grpc ships no type hints, hence the ignore.
-class ApiKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
     """The REST API's keys, sent as `authorization: Bearer <key>` metadata; health stays open."""
 
     def __init__(self, keys: tuple[str, ...]) -> None:
@@ -159,9 +166,9 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         if (
             not self._keys
@@ -186,8 +193,8 @@ class ApiKeyInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return _refusal(handler, message)
 
 
-def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+def _refusal(handler: Handler, message: str) -> Handler:
+    async def refuse(request: Any, context: Context) -> None:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     if handler.request_streaming and handler.response_streaming:

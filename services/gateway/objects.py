@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
-from services.gateway.store_client import attributes_python
+from services.gateway.attributes import attributes_python
 from services.pb import store_pb2
 
 
@@ -75,7 +74,18 @@ def vector_store_file(item: store_pb2.CollectionFile) -> dict[str, Any]:
         if item.HasField("last_error") and item.last_error.code
         else None
     )
-    chunking = json.loads(item.chunking_json) if item.chunking_json else None
+    chunking = (
+        {
+            # OpenAI reports the resolved sizes, whichever kind was asked for.
+            "type": "static",
+            "static": {
+                "max_chunk_size_tokens": item.chunking.max_chunk_size_tokens,
+                "chunk_overlap_tokens": item.chunking.chunk_overlap_tokens,
+            },
+        }
+        if item.HasField("chunking")
+        else None
+    )
     return {
         "id": item.file_id,
         "object": "vector_store.file",

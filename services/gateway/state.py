@@ -1,27 +1,29 @@
-"""What the gateway's routes share for the life of the process (no durable state)."""
+"""What the gateway's routes and pipelines share for the life of the process (no durable
+state): the configuration and the clients of the backends."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from starlette.requests import Request
-
+from services.gateway.attach import Attacher
 from services.gateway.audit import AuditLog
-from services.gateway.clients import EmbedderClient
+from services.gateway.clients import EmbedderClient, Store
 from services.gateway.config import GatewayConfig
-from services.gateway.store_client import StoreClient
 from services.gateway.worker import IngestWorkers
+
+if TYPE_CHECKING:
+    import grpc
 
 
 @dataclass
 class Services:
     config: GatewayConfig
     embedder: EmbedderClient
-    store: StoreClient
+    # The store's typed stub; its channel for health checks.
+    store: Store
+    store_channel: grpc.aio.Channel
     workers: IngestWorkers
     audit: AuditLog
-
-
-def services(request: Request) -> Services:
-    result: Services = request.state.services
-    return result
+    # The one attach step every door uses.
+    attacher: Attacher

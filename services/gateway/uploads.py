@@ -9,7 +9,7 @@ from typing import Any
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
-from services.gateway.errors import ApiError, invalid
+from services.gateway.errors import TooLarge, invalid
 from services.gateway.params import optional_str
 
 
@@ -21,13 +21,11 @@ class Upload:
     fields: dict[str, Any]
 
 
-def too_large(limit: int) -> ApiError:
-    return ApiError(
-        413,
+def too_large(limit: int) -> TooLarge:
+    return TooLarge(
         f"the file is larger than this server's upload limit of {limit} bytes "
         "(RAGD_MAX_UPLOAD_BYTES)",
         param="file",
-        code="file_too_large",
     )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -19,19 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.common.vectors import to_bytes
-from services.gateway import ingest
+from services.gateway import errors, ingest
 from services.gateway.audit import AuditLog
-from services.gateway.clients import EmbedderClient
+from services.gateway.clients import EmbedderClient, Store
 from services.gateway.embed_cache import EmbeddingCache
-from services.gateway.errors import ApiError
 from services.gateway.parsing import InvalidFile, UnsupportedFile, extract_text
-from services.gateway.store_client import StoreClient
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
-
-# Statuses worth retrying: the embedder or store is down, overloaded or slow.
-_TRANSIENT = {429, 502, 503, 504}
 
 # Told about every file whose job this process completed or failed (its new row).
 Listener = Callable[[store_pb2.CollectionFile], None]
@@ -61,7 +55,7 @@ class IngestWorkers:
     def __init__(
         self,
         embedder: EmbedderClient,
-        store: StoreClient,
+        store: Store,
         settings: WorkerSettings,
         cache: EmbeddingCache | None = None,
         audit: AuditLog | None = None,
@@ -110,13 +104,20 @@ class IngestWorkers:
     async def _run(self, worker_id: str) -> None:
         while True:
             try:
-                reply = await self._store.call(
-                    "ClaimJobs",
+                # The store fails jobs of vector stores of another model instead of handing
+                # them out; until the embedder answers, nothing is claimed and jobs wait.
+                info = await self._embedder.info()
+                reply = await self._store.ClaimJobs(
                     store_pb2.ClaimJobsRequest(
-                        worker_id=worker_id, max_jobs=1, lease_seconds=self._settings.lease_seconds
-                    ),
+                        worker_id=worker_id,
+                        max_jobs=1,
+                        lease_seconds=self._settings.lease_seconds,
+                        models=[
+                            store_pb2.EmbeddingModel(name=info.name, dimensions=info.dimensions)
+                        ],
+                    )
                 )
-            except ApiError as error:
+            except errors.ApiError as error:
                 log.warning("cannot claim ingest jobs: %s", error.message)
                 await asyncio.sleep(self._settings.poll_seconds)
                 continue
@@ -133,7 +134,7 @@ class IngestWorkers:
         renewer = asyncio.create_task(self._renew(worker_id, job.job_id))
         try:
             request = await self._index(worker_id, job)
-            done = await self._store.call("CompleteJob", request)
+            done = await self._store.CompleteJob(request)
             outcome, chunks = "completed", len(request.chunks)
             self._notify(done)
             log.info(
@@ -144,8 +145,8 @@ class IngestWorkers:
             )
         except Permanent as error:
             await self._fail(worker_id, job, error.code, str(error), retry_after=0)
-        except ApiError as error:
-            if error.status in _TRANSIENT:
+        except errors.ApiError as error:
+            if errors.is_transient(error):
                 outcome = "retrying"
                 await self._fail(
                     worker_id,
@@ -154,7 +155,7 @@ class IngestWorkers:
                     error.message,
                     retry_after=backoff_seconds(job.attempt),
                 )
-            elif error.status in (404, 409) or error.code == "failed_precondition":
+            elif isinstance(error, errors.NotFound | errors.Conflict | errors.Refused):
                 # Detached, cancelled or reclaimed meanwhile: nothing to record.
                 outcome = "dropped"
                 log.info("dropped job %d for %s: %s", job.job_id, job.file_id, error.message)
@@ -190,14 +191,8 @@ class IngestWorkers:
             raise Permanent("unsupported_file", str(error)) from None
         except InvalidFile as error:
             raise Permanent("invalid_file", str(error)) from None
-        strategy = ingest.strategy_from_json(json.loads(job.chunking_json or "null"))
+        strategy = ingest.ChunkingStrategy.from_message(job.chunking)
         info = await self._embedder.info()
-        if info.dimensions != job.dimensions or info.name != job.model:
-            raise Permanent(
-                "server_error",
-                f"the vector store was indexed with {job.model} ({job.dimensions} dims) but the "
-                f"embedder serves {info.name} ({info.dimensions} dims); create a new vector store",
-            )
         chunks = await ingest.chunk(self._embedder, text, strategy)
         vectors = await ingest.embed_chunks(
             self._embedder, chunks, self._settings.batch_size, self._cache
@@ -216,17 +211,16 @@ class IngestWorkers:
         while True:
             await asyncio.sleep(interval)
             try:
-                await self._store.call(
-                    "RenewJob",
+                await self._store.RenewJob(
                     store_pb2.JobRef(
                         job_id=job_id,
                         worker_id=worker_id,
                         lease_seconds=self._settings.lease_seconds,
-                    ),
+                    )
                 )
-            except ApiError as error:
+            except errors.ApiError as error:
                 log.warning("cannot renew the lease of job %d: %s", job_id, error.message)
-                if error.status < 500:
+                if isinstance(error, errors.REFUSALS):
                     return  # lost or gone: CompleteJob will be refused, nothing to keep alive
 
     async def _fail(
@@ -239,7 +233,7 @@ class IngestWorkers:
             retry_after_seconds=retry_after,
         )
         try:
-            self._notify(await self._store.call("FailJob", request))
-        except ApiError as error:
+            self._notify(await self._store.FailJob(request))
+        except errors.ApiError as error:
             # The lease will expire and the job be retried; nothing else to do here.
             log.warning("cannot record the failure of job %d: %s", job.job_id, error.message)

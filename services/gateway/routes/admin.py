@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse
 
 from services.gateway.errors import invalid
 from services.gateway.params import optional_str, query_int
-from services.gateway.state import services
+from services.gateway.routes import services
 from services.pb import store_pb2
 
 # Backups and vacuums take as long as the database is large: not the usual store deadline.
@@ -36,8 +36,8 @@ async def backup(request: Request) -> JSONResponse:
     """{"path": optional name inside the store's backup directory} -> where it was written."""
     body = await _optional_json(request)
     name = optional_str(body, "path", "") or ""
-    reply = await services(request).store.call(
-        "Backup", store_pb2.BackupRequest(name=name), timeout=MAINTENANCE_TIMEOUT
+    reply = await services(request).store.Backup(
+        store_pb2.BackupRequest(name=name), timeout=MAINTENANCE_TIMEOUT
     )
     return JSONResponse(
         {"path": reply.path, "bytes": reply.bytes, "seconds": round(reply.seconds, 3)}
@@ -45,8 +45,8 @@ async def backup(request: Request) -> JSONResponse:
 
 
 async def vacuum(request: Request) -> JSONResponse:
-    reply = await services(request).store.call(
-        "Vacuum", store_pb2.VacuumRequest(), timeout=MAINTENANCE_TIMEOUT
+    reply = await services(request).store.Vacuum(
+        store_pb2.VacuumRequest(), timeout=MAINTENANCE_TIMEOUT
     )
     return JSONResponse(
         {
@@ -60,7 +60,7 @@ async def vacuum(request: Request) -> JSONResponse:
 
 async def stats(request: Request) -> JSONResponse:
     deps = services(request)
-    reply: store_pb2.StoreStats = await deps.store.call("GetStats", store_pb2.GetStatsRequest())
+    reply: store_pb2.StoreStats = await deps.store.GetStats(store_pb2.GetStatsRequest())
     cache = reply.cache
     return JSONResponse(
         {
@@ -115,8 +115,7 @@ async def audit(request: Request) -> JSONResponse:
         raise invalid(
             f"'operation' must be one of {', '.join(AUDIT_OPERATIONS)}", param="operation"
         )
-    reply = await services(request).store.call(
-        "ListAudit",
+    reply = await services(request).store.ListAudit(
         store_pb2.ListAuditRequest(
             limit=query_int(request, "limit", 100, 1, 1000),
             operation=operation,

@@ -9,13 +9,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.common.vectors import to_bytes
+from services.common.vocabulary import MAX_EMBED_INPUTS
 from services.gateway.clients import ModelInfo
-from services.gateway.errors import ApiError, invalid
+from services.gateway.errors import InvalidRequest, NotFound, invalid
 from services.gateway.params import json_body, optional_str
-from services.gateway.state import services
+from services.gateway.routes import services
 
-MAX_INPUTS = 2048
 _STARTED = int(time.time())
 
 
@@ -30,9 +29,9 @@ def _inputs(body: dict[str, Any]) -> list[str]:
         )
     if not items:
         raise invalid("'input' must not be an empty array", param="input")
-    if len(items) > MAX_INPUTS:
+    if len(items) > MAX_EMBED_INPUTS:
         raise invalid(
-            f"'input' can have at most {MAX_INPUTS} items, got {len(items)}", param="input"
+            f"'input' can have at most {MAX_EMBED_INPUTS} items, got {len(items)}", param="input"
         )
     for index, item in enumerate(items):
         if isinstance(item, int | list) and not isinstance(item, bool):
@@ -53,8 +52,7 @@ def _inputs(body: dict[str, Any]) -> list[str]:
 
 def check_model(requested: str | None, served: ModelInfo) -> None:
     if requested is not None and requested.lower() != served.name.lower():
-        raise ApiError(
-            404,
+        raise NotFound(
             f"the model '{requested}' is not served here; this server embeds with "
             f"'{served.name}' (see GET /v1/models)",
             param="model",
@@ -86,16 +84,17 @@ async def embeddings(request: Request) -> JSONResponse:
         raise invalid("'truncate' must be true or false", param="truncate", code="invalid_type")
     try:
         result = await deps.embedder.embed(texts, truncate=truncate)
-    except ApiError as error:
+    except InvalidRequest as error:
         if error.code == "context_length_exceeded":
             error.message += ' ("truncate": true embeds its first tokens)'
         raise
     data = []
-    for index, vector in enumerate(result.vectors):
+    floats = result.vectors.tolist() if encoding == "float" else []
+    for index in range(len(texts)):
         embedding: Any = (
-            base64.b64encode(to_bytes(vector)).decode("ascii")
+            base64.b64encode(result.vector_bytes(index)).decode("ascii")
             if encoding == "base64"
-            else vector.tolist()
+            else floats[index]
         )
         item = {"object": "embedding", "index": index, "embedding": embedding}
         if truncate:

@@ -7,16 +7,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from services.common.vocabulary import MAX_BATCH_FILES
 from services.gateway import objects
+from services.gateway.attach import Attachment
+from services.gateway.clients import ModelInfo
 from services.gateway.errors import invalid
-from services.gateway.ingest import ChunkingStrategy, resolve_chunking
+from services.gateway.ingest import resolve_chunking
 from services.gateway.params import attributes, json_body
-from services.gateway.routes.vector_store_files import attach_many
-from services.gateway.state import services
-from services.gateway.store_client import Attribute
+from services.gateway.routes import services
 from services.pb import store_pb2
-
-MAX_FILES = 2000
 
 
 async def create_batch(request: Request) -> JSONResponse:
@@ -26,33 +25,33 @@ async def create_batch(request: Request) -> JSONResponse:
     file_ids, files = body.get("file_ids"), body.get("files")
     if (file_ids is None) == (files is None):
         raise invalid("send either 'file_ids' or 'files', not both", param="file_ids")
-    entries: list[tuple[str, dict[str, Attribute], ChunkingStrategy]] = []
+    entries: list[Attachment] = []
     if file_ids is not None:
         if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
             raise invalid("'file_ids' must be an array of file ids", param="file_ids")
         attrs = attributes(body)
         strategy = resolve_chunking(body.get("chunking_strategy"), model)
-        entries = [(file_id, attrs, strategy) for file_id in file_ids]
+        entries = [Attachment(strategy, file_id=file_id, attributes=attrs) for file_id in file_ids]
     else:
         if not isinstance(files, list):
             raise invalid("'files' must be an array", param="files")
         entries = [_entry(item, index, model) for index, item in enumerate(files)]
-    if not 1 <= len(entries) <= MAX_FILES:
+    if not 1 <= len(entries) <= MAX_BATCH_FILES:
         raise invalid(
-            f"a batch holds 1 to {MAX_FILES} files, got {len(entries)}",
+            f"a batch holds 1 to {MAX_BATCH_FILES} files, got {len(entries)}",
             param="file_ids" if file_ids is not None else "files",
         )
-    batch = await attach_many(deps, request.path_params["store_id"], entries)
+    batch = await deps.attacher.attach_batch(request.path_params["store_id"], entries)
     return JSONResponse(objects.file_batch(batch))
 
 
-def _entry(item: Any, index: int, model: Any) -> tuple[str, dict[str, Attribute], ChunkingStrategy]:
+def _entry(item: Any, index: int, model: ModelInfo) -> Attachment:
     if not isinstance(item, dict) or not isinstance(item.get("file_id"), str):
         raise invalid(f"'files[{index}]' must be an object with a 'file_id'", param="files")
-    return (
-        item["file_id"],
-        attributes(item),
+    return Attachment(
         resolve_chunking(item.get("chunking_strategy"), model, f"files[{index}].chunking_strategy"),
+        file_id=item["file_id"],
+        attributes=attributes(item),
     )
 
 
@@ -63,10 +62,10 @@ def _ref(request: Request) -> store_pb2.FileBatchRef:
 
 
 async def get_batch(request: Request) -> JSONResponse:
-    batch = await services(request).store.call("GetFileBatch", _ref(request))
+    batch = await services(request).store.GetFileBatch(_ref(request))
     return JSONResponse(objects.file_batch(batch))
 
 
 async def cancel_batch(request: Request) -> JSONResponse:
-    batch = await services(request).store.call("CancelFileBatch", _ref(request))
+    batch = await services(request).store.CancelFileBatch(_ref(request))
     return JSONResponse(objects.file_batch(batch))

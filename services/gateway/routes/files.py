@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, Response
 from services.gateway import objects
 from services.gateway.errors import invalid
 from services.gateway.params import query_choice, query_int
-from services.gateway.state import services
+from services.gateway.routes import services
 from services.gateway.uploads import read_upload
 from services.pb import store_pb2
 
@@ -19,8 +19,7 @@ async def create_file(request: Request) -> JSONResponse:
     purpose = upload.fields.get("purpose")
     if not isinstance(purpose, str) or not purpose:
         raise invalid("'purpose' is required, e.g. 'assistants'", param="purpose")
-    created = await deps.store.call(
-        "CreateFile",
+    created = await deps.store.CreateFile(
         store_pb2.CreateFileRequest(
             filename=upload.filename, purpose=purpose, content=upload.content
         ),
@@ -30,8 +29,7 @@ async def create_file(request: Request) -> JSONResponse:
 
 async def list_files(request: Request) -> JSONResponse:
     store = services(request).store
-    reply = await store.call(
-        "ListFiles",
+    reply = await store.ListFiles(
         store_pb2.ListFilesRequest(
             limit=query_int(request, "limit", 10000, 1, 10000),
             order=query_choice(request, "order", "desc", ("asc", "desc")),
@@ -44,19 +42,17 @@ async def list_files(request: Request) -> JSONResponse:
 
 async def get_file(request: Request) -> JSONResponse:
     file_id = request.path_params["file_id"]
-    item = await services(request).store.call("GetFile", store_pb2.GetFileRequest(id=file_id))
+    item = await services(request).store.GetFile(store_pb2.GetFileRequest(id=file_id))
     return JSONResponse(objects.file(item))
 
 
 async def file_content(request: Request) -> Response:
     file_id = request.path_params["file_id"]
-    reply = await services(request).store.call(
-        "GetFileContent", store_pb2.GetFileRequest(id=file_id)
-    )
+    reply = await services(request).store.GetFileContent(store_pb2.GetFileRequest(id=file_id))
     return Response(reply.content, media_type="application/octet-stream")
 
 
 async def delete_file(request: Request) -> JSONResponse:
     file_id = request.path_params["file_id"]
-    reply = await services(request).store.call("DeleteFile", store_pb2.GetFileRequest(id=file_id))
+    reply = await services(request).store.DeleteFile(store_pb2.GetFileRequest(id=file_id))
     return JSONResponse({"id": reply.id, "object": "file", "deleted": reply.deleted})

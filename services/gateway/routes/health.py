@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.gateway.clients import check_health
-from services.gateway.state import services
+from services.gateway.routes import services
 
 
 async def health(request: Request) -> JSONResponse:
@@ -20,7 +20,7 @@ async def ready(request: Request) -> JSONResponse:
     """200 only when both the embedder and the store report SERVING; each shown separately."""
     deps = services(request)
     embedder, store = await asyncio.gather(
-        check_health(deps.embedder.channel), check_health(deps.store.channel)
+        check_health(deps.embedder.channel), check_health(deps.store_channel)
     )
     is_ready = embedder == "SERVING" and store == "SERVING"
     body = {"status": "ready" if is_ready else "not_ready", "embedder": embedder, "store": store}

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.common.vectors import to_bytes
+from services.common.vocabulary import MAX_SEARCH_RESULTS, RANKERS, SEARCH_MODES, VECTOR
 from services.gateway import objects
-from services.gateway.errors import ApiError, invalid
+from services.gateway.attach import Attachment
+from services.gateway.attributes import attributes_python
+from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
 from services.gateway.params import (
@@ -26,21 +25,10 @@ from services.gateway.params import (
     query_choice,
     query_int,
 )
-from services.gateway.routes.vector_store_files import attach_many
-from services.gateway.state import Services, services
-from services.gateway.store_client import attributes_python
+from services.gateway.routes import services
+from services.gateway.search import Search, search
 from services.pb import store_pb2
 
-log = logging.getLogger(__name__)
-
-RANKERS = ("auto", "default-2024-11-15", "none")
-# The extension field `mode` of a search (see the store's SearchRequest.mode).
-VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
-MODES = (VECTOR, LEXICAL, HYBRID)
-# Embedder failures after which a search answers from the lexical index instead: the embedder
-# is down or not answering. A 429 (overloaded) is passed on with its Retry-After, as clients
-# retry it and get full-quality results moments later; anything else is a real error.
-EMBEDDER_DOWN = frozenset({503, 504})
 DEGRADED_HEADER = "X-Ragd-Degraded"
 DEGRADED_REASON = "embedder-unavailable"
 
@@ -70,8 +58,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
         raise invalid("'file_ids' must be an array of file ids", param="file_ids")
     model = await deps.embedder.info()
     chunking = resolve_chunking(body.get("chunking_strategy"), model)
-    collection = await deps.store.call(
-        "CreateCollection",
+    collection = await deps.store.CreateCollection(
         store_pb2.CreateCollectionRequest(
             name=name,
             metadata=meta,
@@ -79,33 +66,33 @@ async def create_vector_store(request: Request) -> JSONResponse:
             dimensions=model.dimensions,
             expires_anchor=expires[0] if expires else "",
             expires_days=expires[1] if expires else 0,
-        ),
+        )
     )
     if file_ids:
-        await attach_many(deps, collection.id, [(f, {}, chunking) for f in file_ids])
-        collection = await deps.store.call(
-            "GetCollection", store_pb2.GetCollectionRequest(id=collection.id)
+        items = [Attachment(chunking, file_id=file_id) for file_id in file_ids]
+        await deps.attacher.attach_batch(collection.id, items)
+        collection = await deps.store.GetCollection(
+            store_pb2.GetCollectionRequest(id=collection.id)
         )
     return JSONResponse(objects.vector_store(collection))
 
 
 async def list_vector_stores(request: Request) -> JSONResponse:
-    reply = await services(request).store.call(
-        "ListCollections",
+    reply = await services(request).store.ListCollections(
         store_pb2.ListCollectionsRequest(
             limit=query_int(request, "limit", 20, 1, 100),
             order=query_choice(request, "order", "desc", ("asc", "desc")),
             after=request.query_params.get("after", ""),
             before=request.query_params.get("before", ""),
-        ),
+        )
     )
     data = [objects.vector_store(c) for c in reply.collections]
     return JSONResponse(objects.page(data, reply.has_more))
 
 
 async def get_vector_store(request: Request) -> JSONResponse:
-    collection = await services(request).store.call(
-        "GetCollection", store_pb2.GetCollectionRequest(id=request.path_params["store_id"])
+    collection = await services(request).store.GetCollection(
+        store_pb2.GetCollectionRequest(id=request.path_params["store_id"])
     )
     return JSONResponse(objects.vector_store(collection))
 
@@ -123,13 +110,13 @@ async def update_vector_store(request: Request) -> JSONResponse:
         expires = _expires_after(body)
         update.has_expires = True
         update.expires_anchor, update.expires_days = expires or ("", 0)
-    collection = await services(request).store.call("UpdateCollection", update)
+    collection = await services(request).store.UpdateCollection(update)
     return JSONResponse(objects.vector_store(collection))
 
 
 async def delete_vector_store(request: Request) -> JSONResponse:
-    reply = await services(request).store.call(
-        "DeleteCollection", store_pb2.DeleteCollectionRequest(id=request.path_params["store_id"])
+    reply = await services(request).store.DeleteCollection(
+        store_pb2.DeleteCollectionRequest(id=request.path_params["store_id"])
     )
     return JSONResponse(
         {"id": reply.id, "object": "vector_store.deleted", "deleted": reply.deleted}
@@ -154,40 +141,14 @@ def _queries(body: dict[str, Any]) -> list[str]:
     return queries
 
 
-def _search_mode(body: dict[str, Any]) -> str:
-    mode = optional_str(body, "mode", VECTOR) or VECTOR
-    if mode not in MODES:
-        raise invalid(f"'mode' must be one of {', '.join(MODES)}, got {mode!r}", param="mode")
-    return mode
-
-
-async def _embed_queries(
-    deps: Services, store_id: str, queries: list[str]
-) -> tuple[str, list[npt.NDArray[np.float32]]] | None:
-    """The model name and one vector per query; None when the embedder is unavailable."""
-    # Fail on an unknown store before paying for the embedding.
-    await deps.store.call("GetCollection", store_pb2.GetCollectionRequest(id=store_id))
-    try:
-        timeout = deps.config.search_embed_timeout
-        model = await deps.embedder.info(timeout=timeout)
-        # Queries are short; truncating an over-long one beats refusing to search.
-        embedded = await deps.embedder.embed(queries, truncate=True, timeout=timeout)
-    except ApiError as error:
-        if error.status not in EMBEDDER_DOWN:
-            raise
-        log.warning("embedder unavailable (%s): searching %s lexically", error.status, store_id)
-        return None
-    return model.name, [np.asarray(vector, dtype=np.float32) for vector in embedded.vectors]
-
-
-async def search(request: Request) -> JSONResponse:
-    started = time.perf_counter()
-    deps = services(request)
-    store_id = request.path_params["store_id"]
-    body = await json_body(request)
+def _search_request(store_id: str, body: dict[str, Any]) -> Search:
     queries = _queries(body)
-    requested = _search_mode(body)
-    k = optional_int(body, "max_num_results", 10, 1, 50)
+    mode = optional_str(body, "mode", VECTOR) or VECTOR
+    if mode not in SEARCH_MODES:
+        raise invalid(
+            f"'mode' must be one of {', '.join(SEARCH_MODES)}, got {mode!r}", param="mode"
+        )
+    k = optional_int(body, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
     ranking = optional_object(body, "ranking_options") or {}
     threshold = optional_number(ranking, "score_threshold", 0.0, 0.0, 1.0)
     ranker = optional_str(ranking, "ranker", "auto")
@@ -201,37 +162,14 @@ async def search(request: Request) -> JSONResponse:
     if not isinstance(exact, bool):
         raise invalid("'exact' must be a boolean", param="exact")
     filters = parse_filter(body["filters"]) if body.get("filters") is not None else None
-    mode, model_name, vectors = requested, "", None
-    # Lexical search never needs the embedder; the others fall back to it when it is down.
-    if requested != LEXICAL:
-        embedded = await _embed_queries(deps, store_id, queries)
-        if embedded is None:
-            mode = LEXICAL
-        else:
-            model_name, vectors = embedded
-    degraded = mode != requested
-    best: dict[str, store_pb2.SearchHit] = {}
-    for index, query in enumerate(queries):
-        request_message = store_pb2.SearchRequest(
-            collection_id=store_id,
-            k=k,
-            score_threshold=threshold,
-            mode=mode,
-            query_text=query,
-            exact=exact,
-        )
-        if vectors is not None:
-            request_message.query_vector = to_bytes(vectors[index])
-            request_message.dimensions = int(vectors[index].shape[-1])
-            request_message.model = model_name
-        if filters is not None:
-            request_message.filter.CopyFrom(filters)
-        reply = await deps.store.call("Search", request_message)
-        # Several queries: each chunk keeps its best score over them.
-        for hit in reply.hits:
-            if hit.chunk_id not in best or best[hit.chunk_id].score < hit.score:
-                best[hit.chunk_id] = hit
-    hits = sorted(best.values(), key=lambda h: h.score, reverse=True)[:k]
+    return Search(store_id, queries, k, mode, threshold, filters, exact)
+
+
+async def search_vector_store(request: Request) -> JSONResponse:
+    started = time.perf_counter()
+    deps = services(request)
+    asked = _search_request(request.path_params["store_id"], await json_body(request))
+    found = await search(deps.embedder, deps.store, asked, deps.config.search_embed_timeout)
     data = [
         {
             "file_id": hit.file_id,
@@ -240,29 +178,29 @@ async def search(request: Request) -> JSONResponse:
             "attributes": attributes_python(hit.attributes),
             "content": [{"type": "text", "text": hit.text}],
         }
-        for hit in hits
+        for hit in found.hits
     ]
     deps.audit.record(
         "search",
-        store_id,
+        asked.store_id,
         latency_ms=(time.perf_counter() - started) * 1000,
-        k=k,
+        k=asked.k,
         result_count=len(data),
-        degraded=degraded,
-        detail=mode,
+        degraded=found.degraded,
+        detail=found.mode,
     )
     return JSONResponse(
         {
             "object": "vector_store.search_results.page",
             # rewrite_query is accepted, but ragd searches with the query as given.
-            "search_query": queries,
+            "search_query": list(asked.queries),
             "data": data,
             "has_more": False,
             "next_page": None,
             # Extensions: the mode that ranked the results, and whether it replaced the one
             # asked for because the embedder was unavailable.
-            "mode": mode,
-            "degraded": degraded,
+            "mode": found.mode,
+            "degraded": found.degraded,
         },
-        headers={DEGRADED_HEADER: DEGRADED_REASON} if degraded else None,
+        headers={DEGRADED_HEADER: DEGRADED_REASON} if found.degraded else None,
     )

@@ -1,0 +1,83 @@
+"""The one attach step: files into a vector store, with their ingest jobs, then the workers.
+
+Every door uses it: the REST routes (a stored file, a direct upload, a batch, the files of a
+new vector store) and bulk ingest over gRPC. The request names the model this gateway embeds
+with, so the store refuses a vector store of another model at once, in its own words, and the
+upload is not stored (one store transaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from services.gateway.attributes import Attribute, attributes_message
+from services.gateway.clients import EmbedderClient, Store
+from services.gateway.ingest import ChunkingStrategy
+from services.gateway.worker import IngestWorkers
+from services.pb import store_pb2
+
+
+@dataclass(frozen=True)
+class Upload:
+    filename: str
+    content: bytes
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A stored file (`file_id`) or new content (`upload`), with its settings."""
+
+    strategy: ChunkingStrategy
+    file_id: str = ""
+    upload: Upload | None = None
+    attributes: dict[str, Attribute] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Attacher:
+    store: Store
+    embedder: EmbedderClient
+    workers: IngestWorkers
+
+    async def _model(self) -> store_pb2.EmbeddingModel:
+        info = await self.embedder.info()
+        return store_pb2.EmbeddingModel(name=info.name, dimensions=info.dimensions)
+
+    async def attach(self, store_id: str, item: Attachment) -> store_pb2.CollectionFile:
+        """One file; an upload whose content the vector store already has comes back as that
+        file with `deduplicated` set (or, if it had failed, that file attached again)."""
+        request = store_pb2.AttachFileRequest(
+            collection_id=store_id,
+            attributes=attributes_message(item.attributes),
+            chunking=item.strategy.message(),
+            model=await self._model(),
+        )
+        if item.upload is not None:
+            request.upload.CopyFrom(
+                store_pb2.NewFile(filename=item.upload.filename, content=item.upload.content)
+            )
+        else:
+            request.file_id = item.file_id
+        attached = await self.store.AttachFile(request)
+        self.workers.wake()
+        return attached
+
+    async def attach_batch(self, store_id: str, items: Sequence[Attachment]) -> store_pb2.FileBatch:
+        """Stored files, in one store transaction, as a file batch."""
+        batch = await self.store.CreateFileBatch(
+            store_pb2.CreateFileBatchRequest(
+                collection_id=store_id,
+                model=await self._model(),
+                files=[
+                    store_pb2.BatchFile(
+                        file_id=item.file_id,
+                        attributes=attributes_message(item.attributes),
+                        chunking=item.strategy.message(),
+                    )
+                    for item in items
+                ],
+            )
+        )
+        self.workers.wake()
+        return batch

@@ -1,0 +1,109 @@
+"""Searching a vector store for one or more queries: embed, fan out, fall back, merge.
+
+Plain asyncio over the two clients, no web framework: the route only parses and renders.
+The query vectors go to the store as the embedder sent them (bytes), each query's search runs
+concurrently, and the store answers NOT_FOUND for an unknown vector store itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.common.vocabulary import LEXICAL
+from services.gateway import errors
+from services.gateway.clients import EmbedderClient, Store
+from services.pb import store_pb2
+
+log = logging.getLogger(__name__)
+
+# Embedder failures after which a search answers from the lexical index instead: the embedder
+# is down or not answering. An overloaded one (429) is passed on with its Retry-After, as
+# clients retry it and get full-quality results moments later.
+EMBEDDER_DOWN = (errors.Unavailable, errors.Timeout)
+
+
+@dataclass(frozen=True)
+class Search:
+    store_id: str
+    queries: Sequence[str]
+    k: int
+    mode: str
+    score_threshold: float = 0.0
+    filter: store_pb2.Filter | None = None
+    exact: bool = False
+
+
+@dataclass(frozen=True)
+class Found:
+    hits: list[store_pb2.SearchHit]
+    # The mode that ranked the hits, and whether it replaced the one asked for.
+    mode: str
+    degraded: bool
+
+
+async def search(
+    embedder: EmbedderClient, store: Store, request: Search, embed_timeout: float
+) -> Found:
+    """The best k chunks over all queries (each chunk with its best score), best first.
+
+    Vector and hybrid searches fall back to lexical when the embedder is down or does not
+    answer within `embed_timeout`.
+    """
+    mode, vectors = request.mode, None
+    if mode != LEXICAL:
+        try:
+            vectors = await _embed(embedder, request.queries, embed_timeout)
+        except EMBEDDER_DOWN as error:
+            log.warning(
+                "embedder unavailable (%s): searching %s lexically", error, request.store_id
+            )
+            mode = LEXICAL
+    calls = [
+        store.Search(_message(request, mode, index, vectors))
+        for index in range(len(request.queries))
+    ]
+    best: dict[str, store_pb2.SearchHit] = {}
+    for reply in await asyncio.gather(*calls):
+        # Several queries: each chunk keeps its best score over them.
+        for hit in reply.hits:
+            if hit.chunk_id not in best or best[hit.chunk_id].score < hit.score:
+                best[hit.chunk_id] = hit
+    hits = sorted(best.values(), key=lambda h: h.score, reverse=True)[: request.k]
+    return Found(hits=hits, mode=mode, degraded=mode != request.mode)
+
+
+@dataclass(frozen=True)
+class _Vectors:
+    model: str
+    dimensions: int
+    rows: list[bytes]
+
+
+async def _embed(embedder: EmbedderClient, queries: Sequence[str], timeout: float) -> _Vectors:
+    # Queries are short; truncating an over-long one beats refusing to search.
+    embedded = await embedder.embed(queries, truncate=True, timeout=timeout)
+    rows = [embedded.vector_bytes(index) for index in range(len(queries))]
+    return _Vectors(embedded.model, embedded.dimensions, rows)
+
+
+def _message(
+    request: Search, mode: str, index: int, vectors: _Vectors | None
+) -> store_pb2.SearchRequest:
+    message = store_pb2.SearchRequest(
+        collection_id=request.store_id,
+        k=request.k,
+        score_threshold=request.score_threshold,
+        mode=mode,
+        query_text=request.queries[index],
+        exact=request.exact,
+    )
+    if vectors is not None and mode != LEXICAL:
+        message.query_vector = vectors.rows[index]
+        message.dimensions = vectors.dimensions
+        message.model = vectors.model
+    if request.filter is not None:
+        message.filter.CopyFrom(request.filter)
+    return message
