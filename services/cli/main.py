@@ -23,6 +23,7 @@ from services.cli.walk import collect
 from services.client.errors import ClientError, Conflict, NotFound, Unauthenticated, Unreachable
 from services.client.ingest import IngestClient
 from services.client.rest import DEFAULT_URL, RestClient
+from services.common.vocabulary import SEARCH_MODES
 
 
 class Exit(IntEnum):
@@ -249,7 +250,7 @@ def _filters(pairs: tuple[str, ...]) -> dict[str, Any] | None:
 @click.option("-k", "k", type=click.IntRange(1, 50), default=5, show_default=True, help="Results.")
 @click.option(
     "--mode",
-    type=click.Choice(["vector", "lexical", "hybrid"]),
+    type=click.Choice(list(SEARCH_MODES)),
     help="Ranking (default: the server's).",
 )
 @click.option(

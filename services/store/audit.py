@@ -13,11 +13,12 @@ from typing import Any, cast
 
 import apsw
 
+from services.common.vocabulary import AUDIT_OPERATIONS
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.records import AuditEntry, Page
 
-OPERATIONS = ("search", "ingest")
+OPERATIONS = AUDIT_OPERATIONS
 MAX_RECORD = 1000
 MAX_LIST_LIMIT = 1000
 MAX_DETAIL = 500

@@ -9,6 +9,7 @@ from typing import Any
 
 import apsw
 
+from services.common.vocabulary import FILE_STATUSES
 from services.store import vector_index
 from services.store.db import atomic, try_write
 from services.store.errors import CollectionNotFound, InvalidArgument
@@ -29,7 +30,7 @@ _COLUMNS = (
     + ", ".join(
         "(SELECT count(*) FROM collection_files AS cf"
         f" WHERE cf.collection_id = collections.id AND cf.status = '{status}')"
-        for status in ("in_progress", "completed", "failed", "cancelled")
+        for status in FILE_STATUSES
     )
 )
 

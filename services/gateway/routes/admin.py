@@ -8,6 +8,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from services.common.vocabulary import AUDIT_OPERATIONS
 from services.gateway.errors import invalid
 from services.gateway.params import optional_str, query_int
 from services.gateway.routes import services
@@ -15,7 +16,6 @@ from services.pb import store_pb2
 
 # Backups and vacuums take as long as the database is large: not the usual store deadline.
 MAINTENANCE_TIMEOUT = 3600.0
-AUDIT_OPERATIONS = ("search", "ingest")
 
 
 async def _optional_json(request: Request) -> dict[str, Any]:
