@@ -23,7 +23,8 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 libgomp1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --user-group --uid 10001 --home-dir /app --no-create-home \
-      --shell /usr/sbin/nologin ragd
+      --shell /usr/sbin/nologin ragd \
+ && mkdir -p /run/ragd && chown ragd:ragd /run/ragd && chmod 700 /run/ragd
 ENV PATH=/opt/venv/bin:$PATH PYTHONPATH=/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /app
 
@@ -105,7 +106,8 @@ CMD ["python", "-m", "services.embedder"]
 FROM runtime AS store
 COPY --from=store-deps /opt/venv /opt/venv
 COPY --from=source /src/services /app/services
-RUN mkdir -p /data && chown ragd:ragd /data
+# Owner only: the database holds every indexed document in clear.
+RUN mkdir -p /data && chown ragd:ragd /data && chmod 700 /data
 ENV RAGD_STORE_LISTEN=0.0.0.0:50052 RAGD_DB_PATH=/data/ragd.db
 USER ragd
 VOLUME /data

@@ -12,9 +12,21 @@ import urllib.request
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common.config import Env
+from services.common.security import TlsFiles
+
+
+def _channel(target: str) -> grpc.Channel:
+    # A service that serves TLS is probed over TLS with its own certificate (which must name
+    # the address probed, e.g. 127.0.0.1, among its subject alternative names).
+    tls = TlsFiles.from_env(Env())
+    if tls is None:
+        return grpc.insecure_channel(target)
+    return grpc.secure_channel(target, tls.channel_credentials())
+
 
 def grpc_serving(target: str, timeout: float = 3.0) -> bool:
-    with grpc.insecure_channel(target) as channel:
+    with _channel(target) as channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=timeout

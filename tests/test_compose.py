@@ -52,7 +52,11 @@ def module_exists(name: str) -> bool:
 def test_every_service_is_built_from_a_dockerfile_target(
     compose: dict[str, Any], dockerfile_targets: dict[str, list[str]]
 ) -> None:
-    assert set(compose["services"]) == set(SERVICES)
+    assert set(compose["services"]) == {*SERVICES, "token"}
+    token = compose["services"]["token"]
+    assert token["build"]["target"] == "store" and token["restart"] == "no"
+    assert shlex.split(token["command"])[:3] == ["python", "-m", "services.secret"]
+    assert module_exists("services.secret")
     for name in SERVICES:
         target = compose["services"][name]["build"]["target"]
         command = dockerfile_targets[target]
@@ -85,15 +89,30 @@ def test_listen_ports_line_up(compose: dict[str, Any]) -> None:
 
 def test_only_the_store_has_the_data_volume(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert services["store"]["volumes"] == ["ragd-data:/data"]
-    assert "volumes" not in services["embedder"]
-    assert "volumes" not in services["gateway"]
-    assert "ragd-data" in compose["volumes"]
+    assert services["store"]["volumes"] == ["ragd-data:/data", "ragd-token:/run/ragd:ro"]
+    assert services["embedder"]["volumes"] == ["ragd-token:/run/ragd:ro"]
+    assert services["gateway"]["volumes"] == ["ragd-token:/run/ragd:ro"]
+    assert {"ragd-data", "ragd-token"} <= set(compose["volumes"])
+
+
+def test_internal_ports_are_unpublished_and_every_call_carries_the_token(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    assert "ports" not in services["store"] and "ports" not in services["embedder"]
+    command = shlex.split(services["token"]["command"])
+    assert services["token"]["volumes"] == ["ragd-token:/run/ragd"]
+    for name in SERVICES:
+        assert services[name]["environment"]["RAGD_SERVICE_TOKEN_FILE"] == command[-1], name
+        assert services[name]["depends_on"]["token"] == {
+            "condition": "service_completed_successfully"
+        }, name
 
 
 def test_gateway_waits_for_healthy_dependencies(compose: dict[str, Any]) -> None:
     depends = compose["services"]["gateway"]["depends_on"]
     assert depends == {
+        "token": {"condition": "service_completed_successfully"},
         "embedder": {"condition": "service_healthy"},
         "store": {"condition": "service_healthy"},
     }

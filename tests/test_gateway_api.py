@@ -34,7 +34,10 @@ def test_health_and_ready(client: httpx.Client) -> None:
     assert client.get("/health").json() == {"status": "ok"}
     ready = client.get("/ready")
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "embedder": "SERVING", "store": "SERVING"}
+    body = ready.json()
+    disk = body.pop("disk")
+    assert body == {"status": "ready", "embedder": "SERVING", "store": "SERVING"}
+    assert disk["full"] is False and 0 < disk["free_bytes"] <= disk["total_bytes"]
 
 
 def test_models_lists_the_served_model(client: httpx.Client) -> None:

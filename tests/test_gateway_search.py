@@ -17,7 +17,7 @@ from services.embedder.model import EmbeddingModel
 from services.embedder.server import create_server as create_embedder
 from services.gateway import errors
 from services.gateway.clients import EmbedderClient, Store, open_channel, store_stub
-from services.gateway.search import Search, search
+from services.gateway.search import Deadlines, Search, search
 from services.pb import store_pb2 as pb
 from services.store.config import StoreConfig
 from services.store.wire.server import create_server as create_store
@@ -81,7 +81,9 @@ def test_queries_fan_out_and_each_chunk_keeps_its_best_score(
 ) -> None:
     async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
         queries = ["who lights the lamp?", "why are there tides?"]
-        found = await search(embedder, store, Search(store_id, queries, k=2, mode=VECTOR), 5.0)
+        found = await search(
+            embedder, store, Search(store_id, queries, k=2, mode=VECTOR), Deadlines(embed=5.0)
+        )
         assert (found.mode, found.degraded) == (VECTOR, False)
         assert {hit.text for hit in found.hits} == {TEXTS[0], TEXTS[1]}
         assert [hit.score for hit in found.hits] == sorted(
@@ -89,7 +91,9 @@ def test_queries_fan_out_and_each_chunk_keeps_its_best_score(
         )
         # Each query alone: the merged score of a chunk is the best of its queries' scores.
         alone = [
-            await search(embedder, store, Search(store_id, [query], k=3, mode=VECTOR), 5.0)
+            await search(
+                embedder, store, Search(store_id, [query], k=3, mode=VECTOR), Deadlines(embed=5.0)
+            )
             for query in queries
         ]
         best: dict[str, float] = {}
@@ -97,7 +101,9 @@ def test_queries_fan_out_and_each_chunk_keeps_its_best_score(
             for hit in result.hits:
                 best[hit.chunk_id] = max(best.get(hit.chunk_id, 0.0), hit.score)
         assert all(hit.score == best[hit.chunk_id] for hit in found.hits)
-        hybrid = await search(embedder, store, Search(store_id, queries, k=3, mode=HYBRID), 5.0)
+        hybrid = await search(
+            embedder, store, Search(store_id, queries, k=3, mode=HYBRID), Deadlines(embed=5.0)
+        )
         assert hybrid.mode == HYBRID and len(hybrid.hits) == 3
 
     run(tmp_path, embedding_model, scenario)
@@ -109,10 +115,14 @@ def test_vector_and_hybrid_fall_back_to_lexical_when_the_embedder_is_down(
 ) -> None:
     async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
         for mode in (VECTOR, HYBRID):
-            found = await search(embedder, store, Search(store_id, ["gravity"], 3, mode), 1.0)
+            found = await search(
+                embedder, store, Search(store_id, ["gravity"], 3, mode), Deadlines(embed=1.0)
+            )
             assert (found.mode, found.degraded) == (LEXICAL, True)
             assert [hit.text for hit in found.hits] == [TEXTS[1]]
-        lexical = await search(embedder, store, Search(store_id, ["gravity"], 3, LEXICAL), 1.0)
+        lexical = await search(
+            embedder, store, Search(store_id, ["gravity"], 3, LEXICAL), Deadlines(embed=1.0)
+        )
         assert (lexical.mode, lexical.degraded) == (LEXICAL, False)
 
     run(tmp_path, embedding_model, scenario, embedder_up=False)
@@ -125,6 +135,8 @@ def test_an_unknown_store_is_the_stores_not_found(
     async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
         for mode in (VECTOR, LEXICAL):
             with pytest.raises(errors.NotFound, match="vs_missing"):
-                await search(embedder, store, Search("vs_missing", ["tides"], 3, mode), 5.0)
+                await search(
+                    embedder, store, Search("vs_missing", ["tides"], 3, mode), Deadlines(embed=5.0)
+                )
 
     run(tmp_path, embedding_model, scenario)

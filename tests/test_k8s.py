@@ -100,6 +100,8 @@ def test_the_stack_has_every_object(manifests: dict[tuple[str, str], Manifest]) 
         ("Service", "store-pods"),
         ("Deployment", "gateway"),
         ("Service", "gateway"),
+        ("NetworkPolicy", "store"),
+        ("NetworkPolicy", "embedder"),
     }
     for obj in manifests.values():
         assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "ragd"
@@ -135,6 +137,27 @@ def test_the_fallback_renderer_agrees_with_kubectl() -> None:
     ours = {_key(obj): obj for obj in _python_render()}
     theirs = {_key(obj): obj for obj in _kubectl_render()}
     assert ours == theirs
+
+
+def test_only_the_gateway_reaches_the_store_and_embedders_with_the_token(
+    manifests: dict[tuple[str, str], Manifest],
+) -> None:
+    for name, port in (("store", 50052), ("embedder", 50051)):
+        policy = manifests["NetworkPolicy", name]["spec"]
+        assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": name}
+        assert policy["policyTypes"] == ["Ingress"]
+        (rule,) = policy["ingress"]
+        assert rule["from"] == [
+            {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}
+        ]
+        assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+    for kind, name in (
+        ("StatefulSet", "store"),
+        ("Deployment", "embedder"),
+        ("Deployment", "gateway"),
+    ):
+        token = _env(_container(manifests, kind, name))["RAGD_SERVICE_TOKEN"]
+        assert token == {"secretKeyRef": {"name": "ragd-service-token", "key": "token"}}, name
 
 
 def test_services_select_their_pods_and_name_real_ports(

@@ -30,6 +30,23 @@ class Env:
     def optional(self, name: builtins.str) -> builtins.str | None:
         return self._raw(name)
 
+    def secret(self, name: builtins.str) -> builtins.str | None:
+        """RAGD_<name>, or the content of the file RAGD_<name>_FILE names (for secrets mounted
+        as files by compose or Kubernetes); None when neither is set."""
+        value, file = self._raw(name), self._raw(name + "_FILE")
+        if value is not None and file is not None:
+            raise ConfigError(f"set {PREFIX}{name} or {PREFIX}{name}_FILE, not both")
+        if file is None:
+            return value
+        try:
+            with open(file, encoding="utf-8") as handle:
+                content = handle.read().strip()
+        except OSError as error:
+            raise ConfigError(f"{PREFIX}{name}_FILE={file}: {error.strerror}") from None
+        if not content:
+            raise ConfigError(f"{PREFIX}{name}_FILE={file} is empty")
+        return content
+
     def int(
         self, name: builtins.str, default: builtins.int, *, minimum: builtins.int | None = None
     ) -> builtins.int:

@@ -11,6 +11,10 @@ VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
 SEARCH_MODES = (VECTOR, LEXICAL, HYBRID)
 # OpenAI: max_num_results of a vector-store search.
 MAX_SEARCH_RESULTS = 50
+# ragd's bounds on what one search may cost: queries per request (one Embed call) and the
+# characters of each (a vector or hybrid query must also fit the model's context).
+MAX_SEARCH_QUERIES = 20
+MAX_QUERY_CHARS = 4096
 # OpenAI: ranking_options.ranker.
 RANKERS = ("auto", "default-2024-11-15", "none")
 
@@ -34,8 +38,15 @@ MAX_BATCH_FILES = 2000
 EXACT, BUILDING, COARSE = "exact", "building", "coarse"
 INDEX_KINDS = (EXACT, BUILDING, COARSE)
 
-# OpenAI: inputs per embeddings request.
+# OpenAI: inputs per embeddings request, and tokens in all of them together.
 MAX_EMBED_INPUTS = 2048
+MAX_REQUEST_TOKENS = 300_000
+
+# ragd's bounds on names: a vector store's, and an uploaded file's (a path, for bulk ingest).
+MAX_NAME_CHARS = 256
+MAX_FILENAME_CHARS = 1024
+# OpenAI: what a file is uploaded for.
+FILE_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 
 # OpenAI: attributes of a vector-store file, and metadata of an object.
 MAX_ATTRIBUTES = 16

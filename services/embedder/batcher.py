@@ -15,6 +15,11 @@ lone client's request starts at once instead of waiting for company that will no
 The queue is bounded in tokens (the work it represents): a request that would take it past the
 bound is refused at once with QueueFull, unless the queue is empty, so that a request of any
 size can make progress.
+
+A `priority` request (a search's query) goes ahead of every other waiting request and starts
+the next pass without waiting for company. It still waits for a pass already running; the
+embedder's interactive lane (server.py) avoids even that by running such requests on a model
+context of their own.
 """
 
 from __future__ import annotations
@@ -74,9 +79,14 @@ class _Job:
     """One request: its inputs, those not yet in a pass, and the vectors gathered so far."""
 
     def __init__(
-        self, inputs: Sequence[Sequence[int]], dimensions: int, loop: asyncio.AbstractEventLoop
+        self,
+        inputs: Sequence[Sequence[int]],
+        dimensions: int,
+        loop: asyncio.AbstractEventLoop,
+        priority: bool = False,
     ) -> None:
         self.inputs = inputs
+        self.priority = priority
         self.lengths = [len(ids) for ids in inputs]
         # Longest first, so a pass takes the longest input that still fits: passes pack
         # tightly and a request's inputs of similar length share one.
@@ -140,7 +150,7 @@ class Batcher:
         for job in [*self._jobs, *(job for job, _ in self._in_pass)]:
             self._fail(job, RuntimeError("the embedder is shutting down"))
 
-    async def embed(self, inputs: Sequence[Sequence[int]]) -> FloatMatrix:
+    async def embed(self, inputs: Sequence[Sequence[int]], priority: bool = False) -> FloatMatrix:
         """Unit vectors for tokenized inputs, in order. Raises QueueFull when overloaded."""
         if not inputs:
             return np.empty((0, self._dimensions), dtype=np.float32)
@@ -154,8 +164,13 @@ class Batcher:
         if self._queued_tokens and self._queued_tokens + tokens > self.limits.max_queued_tokens:
             self.stats.rejected += 1
             raise QueueFull(self._queued_tokens, self.limits.max_queued_tokens)
-        job = _Job(inputs, self._dimensions, asyncio.get_running_loop())
-        self._jobs.append(job)
+        job = _Job(inputs, self._dimensions, asyncio.get_running_loop(), priority)
+        if priority:
+            # Behind the other priority requests, ahead of everything else.
+            position = sum(1 for waiting in self._jobs if waiting.priority)
+            self._jobs.insert(position, job)
+        else:
+            self._jobs.append(job)
         self._queued_inputs += len(inputs)
         self._queued_tokens += tokens
         self.stats.requests += 1
@@ -172,6 +187,7 @@ class Batcher:
             self._queued_inputs >= self.limits.max_inputs
             or self._queued_tokens >= self.limits.max_tokens
             or len(self._jobs) >= self._expected_requests
+            or self._jobs[0].priority
         )
 
     async def _run(self) -> None:
@@ -201,13 +217,17 @@ class Batcher:
                 self._free_since = loop.time()
 
     def _fill(self) -> list[tuple[_Job, int]]:
-        """Takes the next pass's inputs: one per waiting request in turn, while they fit."""
+        """Takes the next pass's inputs: one per waiting request in turn, while they fit.
+
+        While priority requests wait, a pass holds only theirs: short, so they are answered
+        after one short pass rather than one filled with bulk inputs."""
         batch: list[tuple[_Job, int]] = []
         tokens = 0
         progressed = True
+        candidates = [job for job in self._jobs if job.priority] or self._jobs
         while progressed and len(batch) < self.limits.max_inputs:
             progressed = False
-            for job in self._jobs:
+            for job in candidates:
                 if len(batch) >= self.limits.max_inputs:
                     break
                 index = job.take(self.limits.max_tokens - tokens)

@@ -16,11 +16,20 @@ RAGD_EMBEDDER_BATCH_INPUTS  most inputs per forward pass (default 32).
 RAGD_EMBEDDER_MAX_WAIT_MS   longest a queued input waits for a fuller pass (default 10).
 RAGD_EMBEDDER_QUEUE_TOKENS  queued tokens beyond which Embed answers RESOURCE_EXHAUSTED
                             (default 65536, some 10-30 s of work on 2 cores).
+RAGD_EMBEDDER_INTERACTIVE_THREADS  llama.cpp threads of the interactive lane, a second model
+                            context for small PRIORITY_INTERACTIVE requests (search queries),
+                            which then never wait behind ingest passes (default 1; 0: no lane,
+                            such requests just go first in the bulk queue).
+RAGD_EMBEDDER_INTERACTIVE_TOKENS  largest request (tokens) the interactive lane takes
+                            (default 4096); larger ones go first in the bulk queue.
 RAGD_EMBEDDER_DRAIN_SECONDS on SIGTERM, how long to report NOT_SERVING while still serving,
                             so that health-checking clients move away first (default 1).
 RAGD_EMBEDDER_MAX_CONNECTION_AGE  seconds after which clients are asked (GOAWAY) to reconnect,
                             which makes DNS-resolving clients discover new replicas (default
                             300; 0: never).
+RAGD_SERVICE_TOKEN[_FILE]   a token callers must send (authorization: Bearer); unset: none.
+RAGD_TLS_CERT, _KEY, _CA    serve TLS with this certificate; with a CA, require client
+                            certificates it signed (mutual TLS).
 RAGD_LOG_LEVEL              default INFO.
 """
 
@@ -32,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common.config import ConfigError, Env
+from services.common.security import TlsFiles, service_token
 
 _POLICIES = ("reject", "truncate")
 
@@ -49,10 +59,16 @@ class EmbedderConfig:
     # Batching and back-pressure (see batcher.py).
     max_wait_ms: float = 10.0
     queue_tokens: int = 65536
+    interactive_threads: int = 1
+    interactive_tokens: int = 4096
     # Graceful shutdown and replica discovery (see server.py).
     drain_seconds: float = 1.0
     max_connection_age: float = 300.0
     log_level: str = "INFO"
+    # Callers must send this token (RAGD_SERVICE_TOKEN[_FILE]); None: no authentication.
+    service_token: str | None = None
+    # Serve TLS (RAGD_TLS_CERT/KEY), requiring client certificates of RAGD_TLS_CA if set.
+    tls: TlsFiles | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EmbedderConfig:
@@ -71,11 +87,19 @@ class EmbedderConfig:
             batch_inputs=env.int("EMBEDDER_BATCH_INPUTS", cls.batch_inputs, minimum=1),
             max_wait_ms=_duration(env, "EMBEDDER_MAX_WAIT_MS", cls.max_wait_ms),
             queue_tokens=env.int("EMBEDDER_QUEUE_TOKENS", cls.queue_tokens, minimum=1),
+            interactive_threads=env.int(
+                "EMBEDDER_INTERACTIVE_THREADS", cls.interactive_threads, minimum=0
+            ),
+            interactive_tokens=env.int(
+                "EMBEDDER_INTERACTIVE_TOKENS", cls.interactive_tokens, minimum=1
+            ),
             drain_seconds=_duration(env, "EMBEDDER_DRAIN_SECONDS", cls.drain_seconds),
             max_connection_age=_duration(
                 env, "EMBEDDER_MAX_CONNECTION_AGE", cls.max_connection_age
             ),
             log_level=env.str("LOG_LEVEL", cls.log_level),
+            service_token=service_token(env),
+            tls=TlsFiles.from_env(env),
         )
         if not config.model_path.is_file():
             raise ConfigError(

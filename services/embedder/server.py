@@ -22,6 +22,7 @@ from services.common.grpc_server import (
     set_serving,
     setup_logging,
 )
+from services.common.security import listen, service_auth
 from services.common.vectors import FloatMatrix
 from services.embedder.batcher import Batcher, BatchLimits
 from services.embedder.config import EmbedderConfig
@@ -38,11 +39,12 @@ SERVICE_NAME: str = embedder_pb2.DESCRIPTOR.services_by_name["Embedder"].full_na
 _releasers: set[asyncio.Task[None]] = set()
 
 
-def load_model(config: EmbedderConfig) -> EmbeddingModel:
+def load_model(config: EmbedderConfig, threads: int | None = None) -> EmbeddingModel:
     started = time.monotonic()
+    threads = threads or config.threads
     model = EmbeddingModel(
         config.model_path,
-        threads=config.threads,
+        threads=threads,
         name=config.model_name,
         max_batch_tokens=config.batch_tokens,
         max_batch_inputs=config.batch_inputs,
@@ -58,7 +60,7 @@ def load_model(config: EmbedderConfig) -> EmbeddingModel:
         info.pooling,
         info.max_input_tokens,
         info.digest[:12],
-        config.threads,
+        threads,
     )
     return model
 
@@ -76,111 +78,151 @@ def replica_id() -> str:
 
 
 async def create_server(
-    config: EmbedderConfig, model: EmbeddingModel | None = None
+    config: EmbedderConfig,
+    model: EmbeddingModel | None = None,
+    interactive: EmbeddingModel | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Starts the embedder on config.listen and returns it with its bound port, SERVING.
 
-    Loads the model from config.model_path unless one is given (tests share one); the port
-    is bound only after the model is loaded, so a client never sees the server without it.
-    Stopping the server stops its batcher and threads, and closes the model if it loaded it.
+    Loads the model from config.model_path unless one is given (tests share one), and a
+    second context for the interactive lane (config.interactive_threads) unless `model` is
+    given without `interactive`; the port is bound only after the models are loaded, so a
+    client never sees the server without them. Stopping the server stops its batchers and
+    threads, and closes the models it loaded.
     """
-    running = await _start(config, model)
+    running = await _start(config, model, interactive)
     return running.server, running.port
 
 
-async def _start(config: EmbedderConfig, model: EmbeddingModel | None) -> _Running:
+@dataclass
+class Lane:
+    """A model context with its own thread and batcher."""
+
+    model: EmbeddingModel
+    executor: ThreadPoolExecutor
+    batcher: Batcher
+    # Closed on release: the server loaded it.
+    owned: bool
+
+    async def close(self) -> None:
+        await self.batcher.close()
+        self.executor.shutdown(wait=True)
+        if self.owned:
+            self.model.close()
+
+
+async def _open_lane(
+    config: EmbedderConfig,
+    model: EmbeddingModel | None,
+    name: str,
+    threads: int,
+    queue_tokens: int,
+) -> Lane:
     loop = asyncio.get_running_loop()
     # One model thread: llama.cpp contexts are not thread-safe, and a pass uses every core
-    # it is given anyway. Large requests are tokenized on a thread of their own.
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-model")
-    tokenizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-tokenizer")
+    # it is given anyway.
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"embedder-{name}")
     owned = model is None
-    batcher: Batcher | None = None
     try:
         if model is None:
             # Loaded on the thread that will run it.
-            model = await loop.run_in_executor(executor, load_model, config)
-        forward_model = model
+            model = await loop.run_in_executor(executor, load_model, config, threads)
+    except BaseException:
+        executor.shutdown(wait=True)
+        raise
+    forward_model = model
 
-        async def forward(sequences: list[Sequence[int]]) -> FloatMatrix:
-            return await loop.run_in_executor(executor, forward_model.forward, sequences)
+    async def forward(sequences: list[Sequence[int]]) -> FloatMatrix:
+        return await loop.run_in_executor(executor, forward_model.forward, sequences)
 
-        batcher = Batcher(
-            forward,
-            BatchLimits(
-                max_tokens=model.info.max_batch_tokens,
-                max_inputs=model.info.max_batch_inputs,
-                max_wait=config.max_wait_ms / 1000,
-                max_queued_tokens=config.queue_tokens,
-            ),
-            model.info.dimensions,
-        )
+    batcher = Batcher(
+        forward,
+        BatchLimits(
+            max_tokens=model.info.max_batch_tokens,
+            max_inputs=model.info.max_batch_inputs,
+            max_wait=config.max_wait_ms / 1000,
+            max_queued_tokens=queue_tokens,
+        ),
+        model.info.dimensions,
+    )
+    return Lane(model, executor, batcher, owned)
+
+
+async def _start(
+    config: EmbedderConfig, model: EmbeddingModel | None, interactive: EmbeddingModel | None
+) -> _Running:
+    # Large requests are tokenized on a thread of their own.
+    tokenizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-tokenizer")
+    lanes: list[Lane] = []
+    try:
+        bulk = await _open_lane(config, model, "model", config.threads, config.queue_tokens)
+        lanes.append(bulk)
+        fast: Lane | None = None
+        if config.interactive_threads > 0 and (model is None or interactive is not None):
+            fast = await _open_lane(
+                config,
+                interactive,
+                "interactive",
+                config.interactive_threads,
+                4 * config.interactive_tokens,
+            )
+            lanes.append(fast)
         options = list(SERVER_OPTIONS)
         if config.max_connection_age > 0:
             # Clients reconnect now and then, re-resolving DNS names on the way: that is how a
             # gateway on dns:///embedder:50051 finds replicas added after it started. Calls in
             # flight finish first (the grace period is unlimited).
             options.append(("grpc.max_connection_age_ms", int(config.max_connection_age * 1000)))
-        server = grpc.aio.server(options=options)
+        server = grpc.aio.server(interceptors=service_auth(config.service_token), options=options)
         embedder_pb2_grpc.add_EmbedderServicer_to_server(
             EmbedderServicer(
-                model,
-                batcher,
+                bulk.model,
+                bulk.batcher,
                 tokenizer,
                 truncate_by_default=config.truncate,
                 replica_id=replica_id(),
+                interactive=fast.batcher if fast is not None else None,
+                interactive_tokens=config.interactive_tokens,
             ),
             server,
         )
         health_servicer = add_health(server)
         await set_serving(health_servicer, [SERVICE_NAME], False)
         try:
-            port: int = server.add_insecure_port(config.listen)
+            port = listen(server, config.listen, config.tls)
         except RuntimeError:
             port = 0
         if port == 0:
             raise OSError(f"cannot listen on {config.listen} (in use, or not a local address?)")
-        batcher.start()
+        for lane in lanes:
+            lane.batcher.start()
         await server.start()
     except BaseException:
-        if batcher is not None:
-            await batcher.close()
+        for lane in lanes:
+            await lane.close()
         tokenizer.shutdown(wait=True)
-        executor.shutdown(wait=True)
-        if owned and model is not None:
-            model.close()
         raise
-    resources = _Resources(batcher, executor, tokenizer, model if owned else None)
-    releaser = asyncio.create_task(_release_when_terminated(server, resources))
+    releaser = asyncio.create_task(_release_when_terminated(server, lanes, tokenizer))
     _releasers.add(releaser)
     releaser.add_done_callback(_releasers.discard)
     await set_serving(health_servicer, [SERVICE_NAME], True)
-    return _Running(server, port, health_servicer, batcher.limits)
+    return _Running(server, port, health_servicer, bulk.batcher.limits)
 
 
-@dataclass
-class _Resources:
-    batcher: Batcher
-    executor: ThreadPoolExecutor
-    tokenizer: ThreadPoolExecutor
-    # Closed on release when the server loaded it.
-    model: EmbeddingModel | None
-
-
-async def _release_when_terminated(server: grpc.aio.Server, resources: _Resources) -> None:
+async def _release_when_terminated(
+    server: grpc.aio.Server, lanes: list[Lane], tokenizer: ThreadPoolExecutor
+) -> None:
     try:
         await server.wait_for_termination()
     finally:
-        # RPCs are over; let a model call already on a thread finish, then free the model.
-        await resources.batcher.close()
-        resources.tokenizer.shutdown(wait=True)
-        resources.executor.shutdown(wait=True)
-        if resources.model is not None:
-            resources.model.close()
+        # RPCs are over; let a model call already on a thread finish, then free the models.
+        for lane in lanes:
+            await lane.close()
+        tokenizer.shutdown(wait=True)
 
 
 async def _serve(config: EmbedderConfig) -> None:
-    running = await _start(config, None)
+    running = await _start(config, None, None)
     host = config.listen.rsplit(":", 1)[0]
     limits = running.limits
     log.info(

@@ -12,7 +12,7 @@ from typing import TypeVar
 import grpc
 
 from services.common.grpc_server import Context
-from services.common.vectors import to_bytes
+from services.common.vectors import FloatMatrix, to_bytes
 from services.embedder.batcher import Batcher, QueueFull
 from services.embedder.errors import EmbedderError, InputTooLong, InvalidInput
 from services.embedder.model import EmbeddingModel
@@ -29,6 +29,7 @@ _INLINE_BYTES = 64 * 1024
 # Lets a client tell an over-long input from other invalid input without parsing the message.
 REASON_KEY = "ragd-reason"
 INPUT_TOO_LONG = "input-too-long"
+INPUT_KEY = "ragd-input"
 
 
 def decode_texts(texts: Sequence[bytes]) -> list[str]:
@@ -54,11 +55,17 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
         *,
         truncate_by_default: bool,
         replica_id: str,
+        interactive: Batcher | None = None,
+        interactive_tokens: int = 0,
     ) -> None:
         """`batcher` runs the forward passes; `tokenizer` tokenizes large requests off the loop
-        (tokenizing only reads the vocabulary, so it can overlap a forward pass)."""
+        (tokenizing only reads the vocabulary, so it can overlap a forward pass).
+        `interactive`, on a model context of its own, takes PRIORITY_INTERACTIVE requests of up
+        to `interactive_tokens` tokens."""
         self._model = model
         self._batcher = batcher
+        self._interactive = interactive
+        self._interactive_tokens = interactive_tokens
         self._tokenizer = tokenizer
         self._truncate_by_default = truncate_by_default
         self._replica_id = replica_id
@@ -80,12 +87,16 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
                 request.texts,
                 lambda: self._model.prepare(decode_texts(request.texts), truncate),
             )
-            vectors = await self._batcher.embed(prepared.inputs)
+            vectors = await self._lane(request.priority, prepared.inputs)
         except InputTooLong as error:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 str(error),
-                trailing_metadata=((REASON_KEY, INPUT_TOO_LONG),),
+                trailing_metadata=(
+                    (REASON_KEY, INPUT_TOO_LONG),
+                    # The numbers, for clients that word their own message.
+                    (INPUT_KEY, f"{error.index} {error.tokens} {error.limit}"),
+                ),
             )
         except EmbedderError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
@@ -101,6 +112,14 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             truncated=prepared.truncated,
             model=self._model.info.name,
         )
+
+    async def _lane(self, priority: pb.Priority.ValueType, inputs: list[list[int]]) -> FloatMatrix:
+        if priority != pb.PRIORITY_INTERACTIVE:
+            return await self._batcher.embed(inputs)
+        tokens = sum(len(ids) for ids in inputs)
+        if self._interactive is not None and tokens <= self._interactive_tokens:
+            return await self._interactive.embed(inputs)
+        return await self._batcher.embed(inputs, priority=True)
 
     async def Tokenize(self, request: pb.TokenizeRequest, context: Context) -> pb.TokenizeResponse:
         self._tokenize_requests += 1
@@ -143,6 +162,7 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
 
     async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:
         stats = self._batcher.stats
+        fast = self._interactive.stats if self._interactive is not None else None
         return pb.StatsResponse(
             replica_id=self._replica_id,
             requests=stats.requests,
@@ -155,4 +175,6 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             busy_seconds=stats.busy_seconds,
             uptime_seconds=time.monotonic() - self._started,
             tokenize_requests=self._tokenize_requests,
+            interactive_requests=fast.requests if fast is not None else 0,
+            interactive_busy_seconds=fast.busy_seconds if fast is not None else 0.0,
         )

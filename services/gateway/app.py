@@ -71,8 +71,11 @@ ROUTES = [
 def create_app(config: GatewayConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
-        embedder_channel = open_channel(config.embedder_target, "embedder", config.embed_timeout)
-        store_channel = open_channel(config.store_target, "store", config.store_timeout)
+        token, tls = config.service_token, config.tls
+        embedder_channel = open_channel(
+            config.embedder_target, "embedder", config.embed_timeout, token, tls
+        )
+        store_channel = open_channel(config.store_target, "store", config.store_timeout, token, tls)
         embedder = EmbedderClient(embedder_channel)
         store = store_stub(store_channel)
         audit = AuditLog(store)
@@ -84,6 +87,7 @@ def create_app(config: GatewayConfig) -> Starlette:
                 lease_seconds=config.ingest_lease_seconds,
                 poll_seconds=config.ingest_poll_seconds,
                 batch_size=config.embed_batch_size,
+                full_disk_retry_seconds=config.ingest_full_disk_retry_seconds,
             ),
             cache=EmbeddingCache(store) if config.embed_cache else None,
             audit=audit,
@@ -114,9 +118,13 @@ def create_app(config: GatewayConfig) -> Starlette:
             await embedder_channel.close()
             await store_channel.close()
 
-    return Starlette(
+    app = Starlette(
         routes=ROUTES,
         middleware=[Middleware(ApiKeyMiddleware, keys=config.api_keys)],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
+    # An API answers an unknown path with a JSON 404, not a redirect to a path without the
+    # trailing slash (which also turned "/v1/files/..%2f" into a bare 307).
+    app.router.redirect_slashes = False
+    return app

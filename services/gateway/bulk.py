@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from services.common.vocabulary import MAX_FILENAME_CHARS
 from services.gateway import errors
 from services.gateway.attach import Attachment, Upload
 from services.gateway.clients import Store
@@ -245,6 +246,10 @@ class IngestSession:
 
         if not document.filename:
             return failed("invalid_value", "the document has no filename")
+        if len(document.filename) > MAX_FILENAME_CHARS:
+            return failed(
+                "invalid_value", f"the filename is longer than {MAX_FILENAME_CHARS} characters"
+            )
         try:
             check_supported(document.filename)
         except UnsupportedFile as error:

@@ -20,6 +20,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.grpc_server import MAX_MESSAGE_BYTES
+from services.common.security import TlsFiles, bearer_metadata
 from services.common.vectors import FloatMatrix, from_bytes
 from services.gateway import errors
 from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2_grpc
@@ -102,9 +103,16 @@ def channel_target(target: str) -> str:
     return "ipv4:" + ",".join(ipv4) if ipv4 else "ipv6:" + ",".join(ipv6)
 
 
-def open_channel(target: str, service: str, timeout: float) -> grpc.aio.Channel:
+def open_channel(
+    target: str,
+    service: str,
+    timeout: float,
+    token: str | None = None,
+    tls: TlsFiles | None = None,
+) -> grpc.aio.Channel:
     """A channel to `service` ("store" or "embedder") whose calls have a `timeout` deadline
-    unless they pass their own, and raise errors.ApiError kinds instead of gRPC errors."""
+    unless they pass their own, carry the service `token`, and raise errors.ApiError kinds
+    instead of gRPC errors; over TLS with `tls` (this gateway's certificate, the CA)."""
     options = [
         ("grpc.service_config", json.dumps(_SERVICE_CONFIG)),
         ("grpc.enable_retries", 1),
@@ -126,16 +134,24 @@ def open_channel(target: str, service: str, timeout: float) -> grpc.aio.Channel:
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
+    interceptors = [_Translate(service, timeout, token)]
+    if tls is not None:
+        credentials = tls.channel_credentials()
+        return grpc.aio.secure_channel(
+            channel_target(target), credentials, options=options, interceptors=interceptors
+        )
     return grpc.aio.insecure_channel(
-        channel_target(target),
-        options=options,
-        interceptors=[_Translate(service, timeout)],
+        channel_target(target), options=options, interceptors=interceptors
     )
 
 
 # Trailing metadata of an Embed refused for an over-long input (see protos/embedder.proto).
 _REASON_KEY = "ragd-reason"
 _INPUT_TOO_LONG = "input-too-long"
+_INPUT_KEY = "ragd-input"
+_STORAGE_FULL = "storage-full"
+# Seconds after which a write refused for a full disk is worth retrying.
+STORAGE_RETRY_SECONDS = 30
 
 # gRPC status -> the error kind. Client errors pass the service's message through: the
 # services write those for users. Server errors get a message of our own.
@@ -161,8 +177,12 @@ def from_grpc(error: grpc.aio.AioRpcError, service: str) -> errors.ApiError:
     """A failed call to `service` as the gateway's error."""
     kind = _KINDS.get(error.code(), errors.Internal)
     details = error.details() or ""
-    if kind is errors.InvalidRequest and _reason(error) == _INPUT_TOO_LONG:
-        return errors.InvalidRequest(details, param="input", code="context_length_exceeded")
+    if kind is errors.InvalidRequest and _trailer(error, _REASON_KEY) == _INPUT_TOO_LONG:
+        numbers = (_trailer(error, _INPUT_KEY) or "0 0 0").split()
+        index, tokens, limit = (int(n) for n in numbers) if len(numbers) == 3 else (0, 0, 0)
+        return errors.InputTooLong(details, index=index, tokens=tokens, limit=limit)
+    if kind is errors.Overloaded and _trailer(error, _REASON_KEY) == _STORAGE_FULL:
+        return errors.StorageFull(details, retry_after=STORAGE_RETRY_SECONDS)
     if kind is errors.Overloaded:
         return kind(details or f"the {service} is overloaded; retry shortly", retry_after=1)
     if kind in (errors.Unavailable, errors.Timeout):
@@ -178,17 +198,18 @@ def from_grpc(error: grpc.aio.AioRpcError, service: str) -> errors.ApiError:
     return kind(details or f"the {service} refused the request", code=_CODES.get(error.code()))
 
 
-def _reason(error: grpc.aio.AioRpcError) -> str | None:
+def _trailer(error: grpc.aio.AioRpcError, name: str) -> str | None:
     for key, value in error.trailing_metadata() or ():
-        if key == _REASON_KEY:
-            return str(value)
+        if key == name:
+            return value if isinstance(value, str) else value.decode()
     return None
 
 
 class _Translate(grpc.aio.UnaryUnaryClientInterceptor):
-    def __init__(self, service: str, timeout: float) -> None:
+    def __init__(self, service: str, timeout: float, token: str | None) -> None:
         self._service = service
         self._timeout = timeout
+        self._metadata = (bearer_metadata(token),) if token else ()
 
     async def intercept_unary_unary(
         self,
@@ -199,11 +220,12 @@ class _Translate(grpc.aio.UnaryUnaryClientInterceptor):
         request: Req,
     ) -> Resp | grpc.aio.UnaryUnaryCall[Req, Resp]:
         details = client_call_details
-        if details.timeout is None:
+        if details.timeout is None or self._metadata:
+            metadata = grpc.aio.Metadata(*(details.metadata or ()), *self._metadata)
             details = grpc.aio.ClientCallDetails(
                 details.method,
-                self._timeout,
-                details.metadata,
+                self._timeout if details.timeout is None else details.timeout,
+                metadata,
                 details.credentials,
                 details.wait_for_ready,
             )
@@ -281,9 +303,14 @@ class EmbedderClient:
         return self._info
 
     async def embed(
-        self, texts: Sequence[str], truncate: bool | None = None, timeout: float | None = None
+        self,
+        texts: Sequence[str],
+        truncate: bool | None = None,
+        timeout: float | None = None,
+        interactive: bool = False,
     ) -> Embedded:
-        """`timeout` overrides the channel's deadline for this call."""
+        """`timeout` overrides the channel's deadline for this call; `interactive` (someone is
+        waiting: a search) puts it ahead of bulk work."""
         policy = embedder_pb2.TRUNCATE_POLICY_UNSPECIFIED
         if truncate is not None:
             policy = (
@@ -292,7 +319,11 @@ class EmbedderClient:
                 else embedder_pb2.TRUNCATE_POLICY_REJECT
             )
         request = embedder_pb2.EmbedRequest(
-            texts=[_utf8(text, index) for index, text in enumerate(texts)], truncate=policy
+            texts=[_utf8(text, index) for index, text in enumerate(texts)],
+            truncate=policy,
+            priority=(
+                embedder_pb2.PRIORITY_INTERACTIVE if interactive else embedder_pb2.PRIORITY_BULK
+            ),
         )
         reply = await self._stub.Embed(request, timeout=timeout)
         info = await self.info(timeout=timeout)

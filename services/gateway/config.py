@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from services.common.config import ConfigError, Env
+from services.common.security import TlsFiles, service_token
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class GatewayConfig:
     # A search's query embedding: a hung embedder costs a search this long before it falls
     # back to lexical (a query normally embeds in ~15 ms, a few passes under ingest load).
     search_embed_timeout: float = 10.0
+    # A search's calls to the store: a stalled store costs a search this long before a 503.
+    search_store_timeout: float = 3.0
     max_upload_bytes: int = 32 * 1024 * 1024
     # Texts per Embed call when ingesting.
     embed_batch_size: int = 32
@@ -32,6 +35,8 @@ class GatewayConfig:
     ingest_lease_seconds: int = 60
     # How often idle workers look for jobs attached through other gateways.
     ingest_poll_seconds: float = 1.0
+    # How long a job refused for a full disk waits before it is tried again.
+    ingest_full_disk_retry_seconds: int = 30
     # The public gRPC bulk-ingest API ("off": not served).
     ingest_listen: str = "127.0.0.1:50053"
     # Accepted-but-unfinished documents one ingest stream may hold before it stops reading.
@@ -40,6 +45,11 @@ class GatewayConfig:
     # Ask the store for vectors of texts already embedded with this exact model before
     # embedding them while ingesting.
     embed_cache: bool = True
+    # Sent to the store and the embedders on every call (RAGD_SERVICE_TOKEN[_FILE]).
+    service_token: str | None = None
+    # This gateway's certificate (a TLS client of the store and the embedders) and the CA
+    # their certificates must chain to (RAGD_TLS_CERT/KEY/CA).
+    tls: TlsFiles | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -53,6 +63,7 @@ class GatewayConfig:
             embed_timeout=env.float("EMBED_TIMEOUT", cls.embed_timeout),
             store_timeout=env.float("STORE_TIMEOUT", cls.store_timeout),
             search_embed_timeout=env.float("SEARCH_EMBED_TIMEOUT", cls.search_embed_timeout),
+            search_store_timeout=env.float("SEARCH_STORE_TIMEOUT", cls.search_store_timeout),
             max_upload_bytes=env.int("MAX_UPLOAD_BYTES", cls.max_upload_bytes, minimum=1),
             embed_batch_size=env.int("EMBED_BATCH_SIZE", cls.embed_batch_size, minimum=1),
             ingest_workers=env.int("INGEST_WORKERS", cls.ingest_workers, minimum=0),
@@ -60,14 +71,25 @@ class GatewayConfig:
                 "INGEST_LEASE_SECONDS", cls.ingest_lease_seconds, minimum=5
             ),
             ingest_poll_seconds=env.float("INGEST_POLL_SECONDS", cls.ingest_poll_seconds),
+            ingest_full_disk_retry_seconds=env.int(
+                "INGEST_FULL_DISK_RETRY_SECONDS", cls.ingest_full_disk_retry_seconds, minimum=1
+            ),
             ingest_listen=env.str("INGEST_LISTEN", cls.ingest_listen),
             ingest_window=env.int("INGEST_WINDOW", cls.ingest_window, minimum=1),
             log_level=env.str("LOG_LEVEL", cls.log_level),
             embed_cache=env.bool("EMBED_CACHE", cls.embed_cache),
+            service_token=service_token(env),
+            tls=TlsFiles.from_env(env),
         )
-        if min(config.embed_timeout, config.store_timeout, config.search_embed_timeout) <= 0:
+        timeouts = (
+            config.embed_timeout,
+            config.store_timeout,
+            config.search_embed_timeout,
+            config.search_store_timeout,
+        )
+        if min(timeouts) <= 0:
             raise ConfigError(
-                "RAGD_EMBED_TIMEOUT, RAGD_STORE_TIMEOUT and RAGD_SEARCH_EMBED_TIMEOUT must be"
-                " positive"
+                "RAGD_EMBED_TIMEOUT, RAGD_STORE_TIMEOUT, RAGD_SEARCH_EMBED_TIMEOUT and"
+                " RAGD_SEARCH_STORE_TIMEOUT must be positive"
             )
         return config

@@ -37,6 +37,16 @@ class InvalidRequest(ApiError):
     default_code = "invalid_value"
 
 
+class InputTooLong(InvalidRequest):
+    """Input `index` has `tokens` tokens, more than the model's context of `limit`."""
+
+    default_code = "context_length_exceeded"
+
+    def __init__(self, message: str, *, index: int, tokens: int, limit: int) -> None:
+        super().__init__(message, param="input")
+        self.index, self.tokens, self.limit = index, tokens, limit
+
+
 class Refused(ApiError):
     """A valid request the current state does not allow, e.g. a vector store of another
     model."""
@@ -72,6 +82,12 @@ class Overloaded(ApiError):
     default_code = "rate_limit_exceeded"
 
 
+class StorageFull(ApiError):
+    """The store's disk is full: nothing was written; retry once space is freed."""
+
+    default_code = "storage_full"
+
+
 class Unavailable(ApiError):
     """A backend cannot be reached (down, restarting, or its database busy)."""
 
@@ -103,7 +119,7 @@ class Internal(ApiError):
 # Failures that say nothing about the request: the same request may well succeed later. Ingest
 # retries them with backoff, bulk ingest ends the stream on them (the client re-sends), and the
 # audit log keeps its entries for the next attempt.
-TRANSIENT: tuple[type[ApiError], ...] = (Overloaded, Unavailable, Timeout)
+TRANSIENT: tuple[type[ApiError], ...] = (Overloaded, Unavailable, Timeout, StorageFull)
 
 
 # The backend understood the request and said no: retrying the same request cannot help.

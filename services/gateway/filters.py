@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.common.vocabulary import FILTER_COMPARISONS, FILTER_COMPOUNDS, MAX_FILTER_DEPTH
+from services.common.vocabulary import (
+    FILTER_COMPARISONS,
+    FILTER_COMPOUNDS,
+    MAX_FILTER_DEPTH,
+    MAX_KEY_CHARS,
+)
 from services.gateway.attributes import attribute_value
 from services.gateway.errors import invalid
+from services.gateway.params import attribute, check_text
 from services.pb import store_pb2
 
 COMPARISONS = FILTER_COMPARISONS
@@ -37,6 +43,7 @@ def parse_filter(raw: Any, path: str = "filters", depth: int = 0) -> store_pb2.F
     key = raw.get("key")
     if not isinstance(key, str) or not key:
         raise invalid(f"'{path}.key' must be a non-empty string", param="filters")
+    check_text(key, f"{path}.key", MAX_KEY_CHARS, param="filters")
     value = raw.get("value")
     comparison = store_pb2.Comparison(key=key, op=kind)
     if kind in ("in", "nin"):
@@ -53,6 +60,4 @@ def parse_filter(raw: Any, path: str = "filters", depth: int = 0) -> store_pb2.F
 
 
 def _scalar(value: Any, path: str) -> store_pb2.AttributeValue:
-    if not isinstance(value, str | int | float | bool):
-        raise invalid(f"'{path}.value' must be a string, number or boolean", param="filters")
-    return attribute_value(value)
+    return attribute_value(attribute(value, f"{path}.value", param="filters"))

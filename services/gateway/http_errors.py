@@ -22,6 +22,7 @@ _STATUS: list[tuple[type[e.ApiError], int]] = [
     (e.Conflict, 409),
     (e.TooLarge, 413),
     (e.Overloaded, 429),
+    (e.StorageFull, 507),
     (e.NotImplementedHere, 501),
     (e.BadGateway, 502),
     (e.Unavailable, 503),
@@ -75,7 +76,8 @@ async def handle_api_error(request: Request, exc: Exception) -> JSONResponse:
 async def handle_http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     message = exc.detail if isinstance(exc.detail, str) else "request failed"
-    code = None
+    # Starlette's own refusals, e.g. a malformed multipart body.
+    code = "request_too_large" if exc.status_code == 413 else "invalid_request"
     if exc.status_code == 404:
         message, code = f"no route for {request.method} {request.url.path}", "unknown_route"
     elif exc.status_code == 405:
@@ -88,6 +90,12 @@ async def handle_http_exception(request: Request, exc: Exception) -> JSONRespons
     )
 
 
+async def handle_unicode(request: Request, exc: Exception) -> JSONResponse:
+    # Only client text can hold a lone surrogate; the routes name the field where they can.
+    message = "the request holds text that is not valid Unicode (a lone surrogate)"
+    return JSONResponse(body(400, message, None, "invalid_value"), status_code=400)
+
+
 async def handle_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return JSONResponse(body(500, "internal server error", None, "server_error"), status_code=500)
@@ -96,5 +104,6 @@ async def handle_unexpected(request: Request, exc: Exception) -> JSONResponse:
 EXCEPTION_HANDLERS = {
     e.ApiError: handle_api_error,
     HTTPException: handle_http_exception,
+    UnicodeEncodeError: handle_unicode,
     Exception: handle_unexpected,
 }

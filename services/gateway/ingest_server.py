@@ -8,14 +8,14 @@ session logic is in bulk.py.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeAlias
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
 from services.common.grpc_server import MAX_MESSAGE_BYTES, Context, add_health, set_serving
+from services.common.security import BearerAuth
 from services.gateway import errors
 from services.gateway.bulk import Document, IngestSession, Progress, State, Summary
 from services.gateway.config import GatewayConfig
@@ -27,8 +27,6 @@ from services.pb import ingest_pb2_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "ragd.ingest.v1.Ingest"
-# Generic only in grpc's type stubs.
-Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 _STATES = {
     State.ACCEPTED: pb.DOCUMENT_STATE_ACCEPTED,
@@ -47,6 +45,7 @@ _STATUS: list[tuple[type[errors.ApiError], grpc.StatusCode]] = [
     (errors.NotFound, grpc.StatusCode.NOT_FOUND),
     (errors.Conflict, grpc.StatusCode.ABORTED),
     (errors.Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (errors.StorageFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
     (errors.Timeout, grpc.StatusCode.DEADLINE_EXCEEDED),
     (errors.NotImplementedHere, grpc.StatusCode.UNIMPLEMENTED),
@@ -158,58 +157,11 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                 await context.abort(status_for(error), error.message)
 
 
-class ApiKeyInterceptor(grpc.aio.ServerInterceptor):
-    """The REST API's keys, sent as `authorization: Bearer <key>` metadata; health stays open."""
-
-    def __init__(self, keys: tuple[str, ...]) -> None:
-        self._keys = [key.encode() for key in keys]
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = await continuation(handler_call_details)
-        if (
-            not self._keys
-            or handler is None
-            or handler_call_details.method.startswith("/grpc.health.")
-        ):
-            return handler
-        supplied = ""
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == "authorization":
-                supplied = value if isinstance(value, str) else value.decode()
-        scheme, _, token = supplied.partition(" ")
-        if scheme.lower() == "bearer" and any(
-            hmac.compare_digest(token.strip().encode(), key) for key in self._keys
-        ):
-            return handler
-        message = (
-            "missing API key: send the metadata 'authorization: Bearer <key>'"
-            if not supplied
-            else "invalid API key"
-        )
-        return _refusal(handler, message)
-
-
-def _refusal(handler: Handler, message: str) -> Handler:
-    async def refuse(request: Any, context: Context) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(refuse)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(refuse)
-    if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(refuse)
-    return grpc.unary_unary_rpc_method_handler(refuse)
-
-
 async def create_server(config: GatewayConfig, deps: Services) -> tuple[grpc.aio.Server, int]:
     """Starts the ingest server on config.ingest_listen; SERVING once it listens."""
     server = grpc.aio.server(
-        interceptors=[ApiKeyInterceptor(config.api_keys)],
+        # The REST API's keys, as `authorization: Bearer <key>` metadata.
+        interceptors=[BearerAuth(config.api_keys, "API key", "key")],
         options=[
             # A document may be as large as an upload; the stream's window bounds how many wait.
             (

@@ -3,37 +3,120 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from starlette.requests import Request
 
-from services.gateway.errors import invalid
+from services.common.vocabulary import (
+    MAX_ATTRIBUTE_CHARS,
+    MAX_ATTRIBUTES,
+    MAX_KEY_CHARS,
+    MAX_METADATA,
+    MAX_METADATA_CHARS,
+)
+from services.gateway.errors import InvalidRequest, TooLarge, invalid
+
+# Bodies of JSON routes, unless a route allows more (embeddings, text uploads): a search or a
+# batch of 2000 file ids is a few hundred KiB at most.
+MAX_JSON_BYTES = 1 << 20
+# Nesting of any JSON body: OpenAI's filters, the deepest structure, nest 8 levels.
+MAX_JSON_DEPTH = 32
 
 
-async def json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+async def read_body(request: Request, limit: int) -> bytes:
+    """The raw body, refused with a 413 as soon as it exceeds `limit` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise body_too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise body_too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def body_too_large(limit: int) -> TooLarge:
+    return TooLarge(
+        f"the request body is larger than this route's limit of {limit} bytes",
+        code="request_too_large",
+    )
+
+
+def too_deep() -> InvalidRequest:
+    return invalid(f"the request body nests deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of decoded JSON, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if deepest > MAX_JSON_DEPTH:
+                break
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+async def json_body(
+    request: Request, *, limit: int = MAX_JSON_BYTES, required: bool = True
+) -> dict[str, Any]:
+    """The JSON object body, within `limit` bytes and MAX_JSON_DEPTH levels; {} for an empty
+    body unless `required`."""
+    raw = await read_body(request, limit)
     if not raw.strip():
-        raise invalid("the request body is empty; send a JSON object")
+        if not required:
+            return {}
+        raise invalid("the request body is empty; send a JSON object", code="missing_body")
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise invalid(f"the request body is not valid JSON: {error}") from None
+        raise invalid(f"the request body is not valid JSON: {error}", code="invalid_json") from None
+    except RecursionError:
+        raise too_deep() from None
+    if _depth(body) > MAX_JSON_DEPTH:
+        raise too_deep()
     if not isinstance(body, dict):
-        raise invalid("the request body must be a JSON object")
+        raise invalid("the request body must be a JSON object", code="invalid_json")
     return body
 
 
-def optional_str(body: dict[str, Any], name: str, default: str | None = None) -> str | None:
+def check_text(
+    value: str, name: str, max_chars: int | None = None, *, param: str | None = None
+) -> str:
+    """`value` if it is valid Unicode (JSON can carry lone surrogates, which have no UTF-8
+    form) and, with `max_chars`, no longer than that. `param` defaults to `name`'s first
+    part."""
+    param = param or name.split(".")[0].split(" ")[0]
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise invalid(f"'{name}' is not valid Unicode text (lone surrogate)", param=param) from None
+    if max_chars is not None and len(value) > max_chars:
+        raise invalid(
+            f"'{name}' is longer than {max_chars} characters", param=param, code="string_too_long"
+        )
+    return value
+
+
+def optional_str(
+    body: dict[str, Any], name: str, default: str | None = None, max_chars: int | None = None
+) -> str | None:
     value = body.get(name)
     if value is None:
         return default
     if not isinstance(value, str):
         raise invalid(f"'{name}' must be a string", param=name, code="invalid_type")
-    return value
+    return check_text(value, name, max_chars)
 
 
-def required_str(body: dict[str, Any], name: str) -> str:
-    value = optional_str(body, name)
+def required_str(body: dict[str, Any], name: str, max_chars: int | None = None) -> str:
+    value = optional_str(body, name, max_chars=max_chars)
     if value is None:
         raise invalid(f"'{name}' is required", param=name, code="missing_required_parameter")
     return value
@@ -83,35 +166,43 @@ def optional_object(body: dict[str, Any], name: str) -> dict[str, Any] | None:
 def metadata(body: dict[str, Any], name: str = "metadata") -> dict[str, str]:
     """OpenAI metadata: at most 16 pairs, keys up to 64 chars, string values up to 512."""
     value = optional_object(body, name) or {}
-    if len(value) > 16:
-        raise invalid(f"'{name}' can have at most 16 keys", param=name)
+    if len(value) > MAX_METADATA:
+        raise invalid(f"'{name}' can have at most {MAX_METADATA} keys", param=name)
     for key, item in value.items():
-        if len(key) > 64:
-            raise invalid(f"'{name}' keys must be at most 64 characters", param=name)
-        if not isinstance(item, str) or len(item) > 512:
-            raise invalid(f"'{name}' values must be strings of at most 512 characters", param=name)
+        check_text(key, f"{name} key", MAX_KEY_CHARS)
+        if not isinstance(item, str):
+            raise invalid(f"'{name}.{key}' must be a string", param=name, code="invalid_type")
+        check_text(item, f"{name}.{key}", MAX_METADATA_CHARS)
     return dict(value)
+
+
+def attribute(item: Any, name: str, *, param: str | None = None) -> str | float | bool:
+    """One attribute or filter value: a string, a number a float can hold, or a boolean."""
+    param = param or name.split(".")[0]
+    if isinstance(item, str):
+        return check_text(item, name, MAX_ATTRIBUTE_CHARS, param=param)
+    if isinstance(item, bool):
+        return item
+    if isinstance(item, int | float):
+        try:
+            number = float(item)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise invalid(f"'{name}' must be a finite number", param=param)
+        return item
+    raise invalid(f"'{name}' must be a string, number or boolean", param=param, code="invalid_type")
 
 
 def attributes(body: dict[str, Any], name: str = "attributes") -> dict[str, str | float | bool]:
     """OpenAI attributes: at most 16 keys; values strings (<= 512 chars), numbers or booleans."""
     value = optional_object(body, name) or {}
-    if len(value) > 16:
-        raise invalid(f"'{name}' can have at most 16 keys", param=name)
-    result: dict[str, str | float | bool] = {}
-    for key, item in value.items():
-        if len(key) > 64:
-            raise invalid(f"'{name}' keys must be at most 64 characters", param=name)
-        if isinstance(item, str) and len(item) > 512:
-            raise invalid(f"'{name}.{key}' is longer than 512 characters", param=name)
-        if not isinstance(item, str | int | float | bool):
-            raise invalid(
-                f"'{name}.{key}' must be a string, number or boolean",
-                param=name,
-                code="invalid_type",
-            )
-        result[key] = item
-    return result
+    if len(value) > MAX_ATTRIBUTES:
+        raise invalid(f"'{name}' can have at most {MAX_ATTRIBUTES} keys", param=name)
+    return {
+        check_text(key, f"{name} key", MAX_KEY_CHARS): attribute(item, f"{name}.{key}")
+        for key, item in value.items()
+    }
 
 
 def query_int(request: Request, name: str, default: int, minimum: int, maximum: int) -> int:

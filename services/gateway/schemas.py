@@ -93,11 +93,18 @@ SCHEMAS: dict[str, Schema] = {
         ),
     ),
     "Health": _object(["status"], status={"const": "ok"}),
+    "Disk": _object(
+        ["free_bytes", "total_bytes", "full"],
+        free_bytes=_COUNT,
+        total_bytes=_COUNT,
+        full={"description": "writes are refused for lack of space"} | _BOOL,
+    ),
     "Readiness": _object(
         ["status", "embedder", "store"],
         status={"enum": ["ready", "not_ready"]},
         embedder=_STRING,
         store=_STRING,
+        disk=_nullable(ref("Disk")),
     ),
     # Embeddings and models
     "EmbeddingRequest": _object(
@@ -240,9 +247,7 @@ SCHEMAS: dict[str, Schema] = {
         vector_store_id=_STRING,
         status={"enum": list(v.FILE_STATUSES)},
         last_error=_nullable(
-            _object(
-                ["code", "message"], code={"enum": list(v.FILE_ERROR_CODES)}, message=_STRING
-            )
+            _object(["code", "message"], code={"enum": list(v.FILE_ERROR_CODES)}, message=_STRING)
         ),
         chunking_strategy=_nullable(
             _object(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING)
@@ -396,6 +401,7 @@ SCHEMAS: dict[str, Schema] = {
                 usage_bytes=_COUNT,
                 jobs=_object(["pending", "leased"], pending=_COUNT, leased=_COUNT),
                 audit_entries=_COUNT,
+                disk=ref("Disk"),
             ),
             "embedding_cache": _object(
                 ["enabled", "entries", "hits", "misses", "hit_rate"],

@@ -44,29 +44,44 @@ class Found:
     degraded: bool
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    # Seconds for the queries' embedding, and for each query's search in the store.
+    embed: float = 10.0
+    store: float = 3.0
+
+
 async def search(
-    embedder: EmbedderClient, store: Store, request: Search, embed_timeout: float
+    embedder: EmbedderClient, store: Store, request: Search, deadlines: Deadlines
 ) -> Found:
     """The best k chunks over all queries (each chunk with its best score), best first.
 
     Vector and hybrid searches fall back to lexical when the embedder is down or does not
-    answer within `embed_timeout`.
+    answer within its deadline. A store that does not answer within its own is a 503 with
+    Retry-After: a search should not hang for as long as a stalled store does.
     """
     mode, vectors = request.mode, None
     if mode != LEXICAL:
         try:
-            vectors = await _embed(embedder, request.queries, embed_timeout)
+            vectors = await _embed(embedder, request.queries, deadlines.embed)
         except EMBEDDER_DOWN as error:
             log.warning(
                 "embedder unavailable (%s): searching %s lexically", error, request.store_id
             )
             mode = LEXICAL
     calls = [
-        store.Search(_message(request, mode, index, vectors))
+        store.Search(_message(request, mode, index, vectors), timeout=deadlines.store)
         for index in range(len(request.queries))
     ]
+    try:
+        replies = await asyncio.gather(*calls)
+    except errors.Timeout:
+        raise errors.Unavailable(
+            f"the store did not answer within {deadlines.store:g} s; retry shortly",
+            retry_after=1,
+        ) from None
     best: dict[str, store_pb2.SearchHit] = {}
-    for reply in await asyncio.gather(*calls):
+    for reply in replies:
         # Several queries: each chunk keeps its best score over them.
         for hit in reply.hits:
             if hit.chunk_id not in best or best[hit.chunk_id].score < hit.score:
@@ -83,8 +98,16 @@ class _Vectors:
 
 
 async def _embed(embedder: EmbedderClient, queries: Sequence[str], timeout: float) -> _Vectors:
-    # Queries are short; truncating an over-long one beats refusing to search.
-    embedded = await embedder.embed(queries, truncate=True, timeout=timeout)
+    try:
+        embedded = await embedder.embed(queries, truncate=False, timeout=timeout, interactive=True)
+    except errors.InputTooLong as error:
+        # A query beyond the model's context would be searched by its first tokens only.
+        raise errors.InvalidRequest(
+            f"query {error.index} has {error.tokens} tokens but the embedding model reads at "
+            f"most {error.limit}; shorten it, or search it with mode 'lexical'",
+            param="query",
+            code="context_length_exceeded",
+        ) from None
     rows = [embedded.vector_bytes(index) for index in range(len(queries))]
     return _Vectors(embedded.model, embedded.dimensions, rows)
 

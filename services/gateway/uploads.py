@@ -9,8 +9,9 @@ from typing import Any
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 
+from services.common.vocabulary import MAX_FILENAME_CHARS
 from services.gateway.errors import TooLarge, invalid
-from services.gateway.params import optional_str
+from services.gateway.params import check_text, optional_str
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ async def read_upload(request: Request, limit: int) -> Upload:
         if not isinstance(upload, UploadFile):
             raise invalid("the form needs a 'file' part with the file's content", param="file")
         content = await upload.read(limit + 1)
-        filename = upload.filename or "upload.txt"
+        filename = check_text(upload.filename or "upload.txt", "file", MAX_FILENAME_CHARS)
         fields: dict[str, Any] = {k: v for k, v in form.items() if isinstance(v, str)}
     if len(content) > limit:
         raise too_large(limit)
@@ -59,7 +60,7 @@ def text_upload(body: dict[str, Any], limit: int) -> Upload:
     content = text.encode("utf-8", errors="surrogatepass")
     if len(content) > limit:
         raise too_large(limit)
-    filename = optional_str(body, "filename", "text.txt") or "text.txt"
+    filename = optional_str(body, "filename", "text.txt", MAX_FILENAME_CHARS) or "text.txt"
     return Upload(filename, content, body)
 
 

@@ -37,6 +37,8 @@ class WorkerSettings:
     lease_seconds: int = 60
     poll_seconds: float = 1.0
     batch_size: int = 32
+    # A job refused for a full disk waits this long (and keeps its attempt).
+    full_disk_retry_seconds: int = 30
 
 
 class Permanent(Exception):
@@ -146,7 +148,14 @@ class IngestWorkers:
         except Permanent as error:
             await self._fail(worker_id, job, error.code, str(error), retry_after=0)
         except errors.ApiError as error:
-            if errors.is_transient(error):
+            if isinstance(error, errors.StorageFull):
+                # Not the file's fault, and not over in seconds: wait long, count nothing.
+                outcome = "waiting for disk space"
+                retry = self._settings.full_disk_retry_seconds
+                await self._fail(
+                    worker_id, job, "server_error", error.message, retry, keep_attempt=True
+                )
+            elif errors.is_transient(error):
                 outcome = "retrying"
                 await self._fail(
                     worker_id,
@@ -224,13 +233,20 @@ class IngestWorkers:
                     return  # lost or gone: CompleteJob will be refused, nothing to keep alive
 
     async def _fail(
-        self, worker_id: str, job: store_pb2.Job, code: str, message: str, retry_after: int
+        self,
+        worker_id: str,
+        job: store_pb2.Job,
+        code: str,
+        message: str,
+        retry_after: int,
+        keep_attempt: bool = False,
     ) -> None:
         request = store_pb2.FailJobRequest(
             job_id=job.job_id,
             worker_id=worker_id,
             error=store_pb2.LastError(code=code, message=message),
             retry_after_seconds=retry_after,
+            keep_attempt=keep_attempt,
         )
         try:
             self._notify(await self._store.FailJob(request))

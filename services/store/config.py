@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common.config import Env
+from services.common.security import TlsFiles, service_token
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,9 @@ class StoreConfig:
     log_level: str = "INFO"
     # Where backups are written; None means `backups/` beside the database.
     backup_dir: Path | None = None
+    # Backups kept (the newest; 0 keeps all), and the free space a backup must leave behind.
+    backup_keep: int = 10
+    backup_reserve_mb: int = 128
     # Embedding cache entries kept before the least recently used are evicted; 0 disables it.
     cache_max_entries: int = 100_000
     # Audit log entries older than this are pruned; 0 keeps them forever.
@@ -26,6 +30,10 @@ class StoreConfig:
     # off keeps every search an exhaustive scan.
     coarse_index: bool = True
     coarse_min_rows: int = 16_384
+    # Callers must send this token (RAGD_SERVICE_TOKEN[_FILE]); None: no authentication.
+    service_token: str | None = None
+    # Serve TLS (RAGD_TLS_CERT/KEY), requiring client certificates of RAGD_TLS_CA if set.
+    tls: TlsFiles | None = None
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreConfig:
@@ -36,10 +44,14 @@ class StoreConfig:
             threads=env.int("STORE_THREADS", cls.threads, minimum=1),
             log_level=env.str("LOG_LEVEL", cls.log_level),
             backup_dir=Path(backups) if (backups := env.optional("BACKUP_DIR")) else None,
+            backup_keep=env.int("BACKUP_KEEP", cls.backup_keep, minimum=0),
+            backup_reserve_mb=env.int("BACKUP_RESERVE_MB", cls.backup_reserve_mb, minimum=0),
             cache_max_entries=env.int("CACHE_MAX_ENTRIES", cls.cache_max_entries, minimum=0),
             audit_retention_days=env.int(
                 "AUDIT_RETENTION_DAYS", cls.audit_retention_days, minimum=0
             ),
             coarse_index=env.bool("COARSE_INDEX", cls.coarse_index),
             coarse_min_rows=env.int("COARSE_MIN_ROWS", cls.coarse_min_rows, minimum=1),
+            service_token=service_token(env),
+            tls=TlsFiles.from_env(env),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,10 +16,25 @@ MMAP_BYTES = 1 << 30
 WAL_LIMIT_BYTES = 64 << 20
 
 
+# The database holds every indexed document in clear: owner only. SQLite gives its -wal and
+# -shm files the database file's permissions.
+FILE_MODE = 0o600
+DIRECTORY_MODE = 0o700
+
+
+def create_private(path: Path) -> None:
+    """Creates `path` (and its missing directories) readable by the owner only, or narrows an
+    existing file's permissions to that."""
+    path.parent.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, FILE_MODE))
+    if path.stat().st_mode & 0o777 != FILE_MODE:
+        os.chmod(path, FILE_MODE)
+
+
 def open_database(path: str | Path) -> apsw.Connection:
     """Opens (creating it and its directory if needed) the database with sqlite-vec loaded."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    create_private(path)
     conn = apsw.Connection(str(path))
     try:
         conn.enable_load_extension(True)
@@ -72,7 +88,8 @@ def try_write(conn: apsw.Connection, work: Callable[[apsw.Connection], object]) 
     """Runs `work` in a write transaction if the write lock is free now; False if it is not.
 
     For best-effort bookkeeping on read paths (a search's last_active_at, a cache entry's last
-    use): a reader must never wait behind an ingest's write transaction for it.
+    use): a reader must never wait behind an ingest's write transaction for it, nor fail for a
+    full disk (False then too).
     """
     if conn.in_transaction:
         raise RuntimeError("atomic() blocks do not nest")
@@ -85,10 +102,16 @@ def try_write(conn: apsw.Connection, work: Callable[[apsw.Connection], object]) 
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     try:
         work(conn)
+        conn.execute("COMMIT")
+    except apsw.FullError:
+        # Bookkeeping gives way to a full disk: the read it rides on still answers.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        return False
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
     return True
 
 

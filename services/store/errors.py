@@ -69,3 +69,7 @@ class MaintenanceRunning(StoreError):
 
 class DatabaseTooNew(Exception):
     """The database was migrated by a newer build; this build cannot safely open it."""
+
+
+class StorageFull(StoreError):
+    """The disk under the database (or the backup directory) has no room for the write."""

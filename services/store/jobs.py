@@ -246,11 +246,12 @@ def fail(
     retry_after_seconds: int,
     now: int,
     max_attempts: int = MAX_ATTEMPTS,
+    keep_attempt: bool = False,
 ) -> CollectionFile:
     """Records a failed attempt: retried later if transient and attempts remain, else final.
 
     While a file is retried it stays in_progress without a last_error (OpenAI shows errors only
-    on failed files).
+    on failed files). `keep_attempt` gives the attempt back: the failure was not the file's.
     """
     if not worker_id:
         raise InvalidArgument("worker_id is required")
@@ -262,11 +263,11 @@ def fail(
         )
     with atomic(conn):
         job = _held(conn, job_id, worker_id)
-        if retry_after_seconds > 0 and job.attempts < max_attempts:
+        if retry_after_seconds > 0 and (keep_attempt or job.attempts < max_attempts):
             conn.execute(
                 "UPDATE jobs SET state = 'pending', worker_id = '', lease_expires_at = 0,"
-                " next_attempt_at = ? WHERE id = ?",
-                (now + retry_after_seconds, job_id),
+                " next_attempt_at = ?, attempts = max(0, attempts - ?) WHERE id = ?",
+                (now + retry_after_seconds, int(keep_attempt), job_id),
             )
         else:
             _fail_file(conn, job_id, job.key, job.file_id, code, message)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -12,12 +13,16 @@ import apsw
 import sqlite_vec
 
 from services.store import audit, cache, vector_index
-from services.store.db import atomic
-from services.store.errors import BackupExists, InvalidArgument
+from services.store.db import DIRECTORY_MODE, atomic, create_private
+from services.store.errors import BackupExists, InvalidArgument, StorageFull
 from services.store.records import BackupResult, CollectionStats, DatabaseStats, VacuumResult
 from services.store.vector_index import vec_table
 
 BACKUP_SUFFIX = ".db"
+MAX_BACKUP_NAME = 128
+MAX_BACKUP_DEPTH = 3
+_PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_BACKUP_NAME = re.compile(rf"(?:{_PART}/){{0,{MAX_BACKUP_DEPTH}}}{_PART}\.db")
 # Live jobs only (the partial index), never the finished ones that accumulate.
 _LIVE_JOBS = (
     "SELECT count(*) FROM jobs INDEXED BY jobs_live WHERE state <> 'done' AND state = '{state}'"
@@ -36,9 +41,19 @@ def file_bytes(path: Path) -> tuple[int, int]:
 
 
 def resolve_backup_path(backup_dir: Path, name: str) -> Path:
-    """The backup file for `name`, which must stay inside backup_dir (symlinks resolved)."""
-    if not name or "\x00" in name:
+    """The backup file for `name`, which must stay inside backup_dir (symlinks resolved).
+
+    Names are plain: letters, digits, '.', '_' and '-' in at most MAX_BACKUP_DEPTH folders,
+    MAX_BACKUP_NAME characters in all, ending in .db (the suffix retention looks for).
+    """
+    if not name:
         raise InvalidArgument("the backup path must be a non-empty file name")
+    if len(name) > MAX_BACKUP_NAME or not _BACKUP_NAME.fullmatch(name):
+        raise InvalidArgument(
+            f"the backup name {name[:80]!r} is not allowed: name a file inside the backup "
+            f"directory with up to {MAX_BACKUP_NAME} letters, digits, '.', '_' and '-', in at "
+            f"most {MAX_BACKUP_DEPTH} folders separated by '/', ending in {BACKUP_SUFFIX}"
+        )
     candidate = Path(name)
     if candidate.is_absolute():
         raise InvalidArgument(
@@ -78,10 +93,11 @@ def backup(conn: apsw.Connection, *, target: Path) -> BackupResult:
     """
     if target.exists():
         raise BackupExists(f"a backup named {target.name!r} already exists at {str(target)!r}")
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     started = time.monotonic()
     try:
+        # A backup holds what the database holds: owner only, like it.
+        create_private(partial)
         dest = _open_plain(partial)
         try:
             with dest.backup("main", conn, "main") as step:
@@ -104,6 +120,43 @@ def backup(conn: apsw.Connection, *, target: Path) -> BackupResult:
     return BackupResult(
         path=target, bytes=target.stat().st_size, seconds=time.monotonic() - started
     )
+
+
+def make_directories(root: Path, directory: Path) -> None:
+    """Creates `directory` inside `root`, and `root`, owner only (backups are private)."""
+    root.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
+    current = root.resolve()
+    for part in directory.relative_to(current).parts:
+        current = current / part
+        current.mkdir(mode=DIRECTORY_MODE, exist_ok=True)
+
+
+def check_room(conn: apsw.Connection, directory: Path, reserve: int) -> None:
+    """Raises StorageFull unless a copy of the database leaves `reserve` bytes free where it
+    goes (the database's own disk may be that one, and must keep room for its writes)."""
+    needed = _scalar(conn, "PRAGMA page_count") * _scalar(conn, "PRAGMA page_size")
+    stat = os.statvfs(directory)
+    free = stat.f_bavail * stat.f_frsize
+    if free - needed < reserve:
+        raise StorageFull(
+            f"a backup needs about {needed} bytes and {str(directory)!r} has {free} free; the "
+            f"store keeps {reserve} bytes in reserve (RAGD_BACKUP_RESERVE_MB): free space or "
+            "delete old backups"
+        )
+
+
+def prune_backups(directory: Path, keep: int) -> list[Path]:
+    """Deletes all but the `keep` newest backups (*.db) under `directory`; returns them."""
+    if keep <= 0:
+        return []
+    found = sorted(
+        (path for path in directory.rglob(f"*{BACKUP_SUFFIX}") if path.is_file()),
+        key=lambda path: path.stat().st_mtime,
+        reverse=True,
+    )
+    for path in found[keep:]:
+        path.unlink(missing_ok=True)
+    return found[keep:]
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -271,11 +271,21 @@ class DatabaseStats:
 
 
 @dataclass(frozen=True)
+class StoreStatus:
+    schema_version: int
+    disk_free_bytes: int
+    disk_total_bytes: int
+    # A write failed for lack of space and the disk has not had room since.
+    storage_full: bool
+
+
+@dataclass(frozen=True)
 class Stats:
     database: DatabaseStats
     # Since the store started.
     cache_counters: CacheCounters
     cache_max_entries: int
+    status: StoreStatus
 
     @property
     def cache_hit_rate(self) -> float:

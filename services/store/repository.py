@@ -35,6 +35,7 @@ from services.store import (
     vector_index,
 )
 from services.store.db import ThreadConnections
+from services.store.disk import DiskWatch
 from services.store.errors import MaintenanceRunning
 from services.store.records import (
     AddChunksResult,
@@ -55,6 +56,7 @@ from services.store.records import (
     SearchHit,
     Stats,
     StoredChunk,
+    StoreStatus,
     VacuumResult,
 )
 from services.store.search.filters import Filter
@@ -68,6 +70,10 @@ class OperationsSettings:
     backup_dir: Path | None = None
     cache_max_entries: int = cache.DEFAULT_MAX_ENTRIES
     audit_retention_days: int = audit.DEFAULT_RETENTION_DAYS
+    # The newest backups kept after each backup (0: all), and the free space a backup must
+    # leave on its disk.
+    backup_keep: int = 10
+    backup_reserve_bytes: int = 128 << 20
 
 
 class Repository:
@@ -89,6 +95,7 @@ class Repository:
         self._cache_counters = cache.Counters()
         self._maintenance = threading.Lock()
         self._next_prune = 0.0
+        self.disk = DiskWatch(self._connections.path.resolve().parent)
 
     @property
     def path(self) -> Path:
@@ -413,6 +420,7 @@ class Repository:
         code: str,
         message: str,
         retry_after_seconds: int = 0,
+        keep_attempt: bool = False,
     ) -> CollectionFile:
         return jobs.fail(
             self._conn(),
@@ -423,6 +431,7 @@ class Repository:
             retry_after_seconds=retry_after_seconds,
             now=self._now(),
             max_attempts=self._max_attempts,
+            keep_attempt=keep_attempt,
         )
 
     # Embedding cache
@@ -495,6 +504,17 @@ class Repository:
             database=maintenance.stats(self._conn(), path=self.path),
             cache_counters=self._cache_counters.snapshot(),
             cache_max_entries=self._settings.cache_max_entries,
+            status=self.status(),
+        )
+
+    def status(self) -> StoreStatus:
+        self.disk.check_recovered()
+        usage = self.disk.usage()
+        return StoreStatus(
+            schema_version=migrations.schema_version(self._conn()),
+            disk_free_bytes=usage.free_bytes,
+            disk_total_bytes=usage.total_bytes,
+            storage_full=self.disk.full,
         )
 
     @contextmanager
@@ -514,7 +534,11 @@ class Repository:
             self.backup_dir, name or maintenance.default_backup_name(time.time())
         )
         with self._exclusive("backup"):
-            return maintenance.backup(self._conn(), target=target)
+            maintenance.make_directories(self.backup_dir, target.parent)
+            maintenance.check_room(self._conn(), target.parent, self._settings.backup_reserve_bytes)
+            result = maintenance.backup(self._conn(), target=target)
+        maintenance.prune_backups(self.backup_dir, self._settings.backup_keep)
+        return result
 
     def vacuum(self) -> VacuumResult:
         with self._exclusive("vacuum"):

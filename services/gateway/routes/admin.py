@@ -2,39 +2,23 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.common.vocabulary import AUDIT_OPERATIONS
 from services.gateway.errors import invalid
-from services.gateway.params import optional_str, query_int
+from services.gateway.params import json_body, optional_str, query_int
 from services.gateway.routes import services
+from services.gateway.routes.health import disk
 from services.pb import store_pb2
 
 # Backups and vacuums take as long as the database is large: not the usual store deadline.
 MAINTENANCE_TIMEOUT = 3600.0
 
 
-async def _optional_json(request: Request) -> dict[str, Any]:
-    """The JSON object body, or {} when there is none."""
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise invalid(f"the request body is not valid JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise invalid("the request body must be a JSON object")
-    return body
-
-
 async def backup(request: Request) -> JSONResponse:
     """{"path": optional name inside the store's backup directory} -> where it was written."""
-    body = await _optional_json(request)
+    body = await json_body(request, required=False)
     name = optional_str(body, "path", "") or ""
     reply = await services(request).store.Backup(
         store_pb2.BackupRequest(name=name), timeout=MAINTENANCE_TIMEOUT
@@ -45,6 +29,8 @@ async def backup(request: Request) -> JSONResponse:
 
 
 async def vacuum(request: Request) -> JSONResponse:
+    # Takes no parameters, but a body that is not JSON is a client's mistake, not a no-op.
+    await json_body(request, required=False)
     reply = await services(request).store.Vacuum(
         store_pb2.VacuumRequest(), timeout=MAINTENANCE_TIMEOUT
     )
@@ -78,6 +64,7 @@ async def stats(request: Request) -> JSONResponse:
                 "usage_bytes": reply.usage_bytes,
                 "jobs": {"pending": reply.jobs_pending, "leased": reply.jobs_leased},
                 "audit_entries": reply.audit_entries,
+                "disk": disk(reply.status),
             },
             "embedding_cache": {
                 # This gateway's setting (RAGD_EMBED_CACHE); the rest is the store's.

@@ -9,8 +9,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.common.vocabulary import MAX_EMBED_INPUTS
-from services.gateway.clients import ModelInfo
+from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
+from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.errors import InvalidRequest, NotFound, invalid
 from services.gateway.params import json_body, optional_str
 from services.gateway.routes import services
@@ -60,9 +60,32 @@ def check_model(requested: str | None, served: ModelInfo) -> None:
         )
 
 
+# 2048 inputs of a few KiB each, JSON-escaped.
+MAX_BODY_BYTES = 16 << 20
+
+
+async def _check_total_tokens(
+    embedder: EmbedderClient, texts: list[str], info: ModelInfo, truncate: bool
+) -> None:
+    """OpenAI's 300,000 tokens per request. A token covers at least one byte of UTF-8, so
+    requests under that many bytes are counted only when they could exceed it."""
+    bound = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+    if bound + info.special_tokens * len(texts) <= MAX_REQUEST_TOKENS:
+        return
+    counts = await embedder.count_tokens(texts)
+    if truncate:
+        counts = [min(count, info.max_input_tokens) for count in counts]
+    if (total := sum(counts)) > MAX_REQUEST_TOKENS:
+        raise invalid(
+            f"the inputs hold {total} tokens; a request may hold at most {MAX_REQUEST_TOKENS}",
+            param="input",
+            code="max_tokens_per_request",
+        )
+
+
 async def embeddings(request: Request) -> JSONResponse:
     deps = services(request)
-    body = await json_body(request)
+    body = await json_body(request, limit=MAX_BODY_BYTES)
     texts = _inputs(body)
     encoding = optional_str(body, "encoding_format", "float")
     if encoding not in ("float", "base64"):
@@ -82,6 +105,7 @@ async def embeddings(request: Request) -> JSONResponse:
         truncate = False
     if not isinstance(truncate, bool):
         raise invalid("'truncate' must be true or false", param="truncate", code="invalid_type")
+    await _check_total_tokens(deps.embedder, texts, info, truncate)
     try:
         result = await deps.embedder.embed(texts, truncate=truncate)
     except InvalidRequest as error:

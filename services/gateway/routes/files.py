@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from services.common.vocabulary import FILE_PURPOSES
 from services.gateway import objects
 from services.gateway.errors import invalid
 from services.gateway.params import query_choice, query_int
@@ -18,7 +19,16 @@ async def create_file(request: Request) -> JSONResponse:
     upload = await read_upload(request, deps.config.max_upload_bytes)
     purpose = upload.fields.get("purpose")
     if not isinstance(purpose, str) or not purpose:
-        raise invalid("'purpose' is required, e.g. 'assistants'", param="purpose")
+        raise invalid(
+            "'purpose' is required, e.g. 'assistants'",
+            param="purpose",
+            code="missing_required_parameter",
+        )
+    if purpose not in FILE_PURPOSES:
+        raise invalid(
+            f"'purpose' must be one of {', '.join(FILE_PURPOSES)}, got {purpose!r}",
+            param="purpose",
+        )
     created = await deps.store.CreateFile(
         store_pb2.CreateFileRequest(
             filename=upload.filename, purpose=purpose, content=upload.content

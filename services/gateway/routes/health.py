@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.gateway.clients import check_health
+from services.gateway.errors import ApiError
 from services.gateway.routes import services
+from services.pb import store_pb2
 
 
 async def health(request: Request) -> JSONResponse:
@@ -17,11 +20,31 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def ready(request: Request) -> JSONResponse:
-    """200 only when both the embedder and the store report SERVING; each shown separately."""
+    """200 only when both the embedder and the store report SERVING; each shown separately,
+    with the store's disk (a full one refuses writes, but searches go on: still ready)."""
     deps = services(request)
     embedder, store = await asyncio.gather(
         check_health(deps.embedder.channel), check_health(deps.store_channel)
     )
     is_ready = embedder == "SERVING" and store == "SERVING"
-    body = {"status": "ready" if is_ready else "not_ready", "embedder": embedder, "store": store}
+    body: dict[str, Any] = {
+        "status": "ready" if is_ready else "not_ready",
+        "embedder": embedder,
+        "store": store,
+    }
+    if store == "SERVING":
+        try:
+            status = await deps.store.GetStatus(store_pb2.GetStatusRequest(), timeout=2.0)
+            body["disk"] = disk(status)
+        except ApiError:
+            body["disk"] = None
     return JSONResponse(body, status_code=200 if is_ready else 503)
+
+
+def disk(status: store_pb2.StoreStatus) -> dict[str, Any]:
+    """The store's disk, as /ready and /admin/stats show it."""
+    return {
+        "free_bytes": status.disk_free_bytes,
+        "total_bytes": status.disk_total_bytes,
+        "full": status.storage_full,
+    }

@@ -10,7 +10,13 @@ from services.gateway import attach, objects
 from services.gateway.attributes import attributes_message
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
-from services.gateway.params import attributes, json_body, query_choice, query_int
+from services.gateway.params import (
+    MAX_JSON_BYTES,
+    attributes,
+    json_body,
+    query_choice,
+    query_int,
+)
 from services.gateway.parsing import UnsupportedFile, check_supported
 from services.gateway.routes import services
 from services.gateway.uploads import Upload, form_json, read_upload, text_upload
@@ -30,7 +36,8 @@ async def attach_file(request: Request) -> JSONResponse:
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         upload: Upload | None = await read_upload(request, limit)
     else:
-        body = await json_body(request)
+        # The text extension carries the upload in the JSON body, escaped: room for twice it.
+        body = await json_body(request, limit=2 * limit + MAX_JSON_BYTES)
         upload = None if "file_id" in body else text_upload(body, limit)
     file_id, fields, content = "", body if upload is None else upload.fields, None
     if upload is None:

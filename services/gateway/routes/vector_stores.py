@@ -8,7 +8,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.common.vocabulary import MAX_SEARCH_RESULTS, RANKERS, SEARCH_MODES, VECTOR
+from services.common.vocabulary import (
+    MAX_NAME_CHARS,
+    MAX_QUERY_CHARS,
+    MAX_SEARCH_QUERIES,
+    MAX_SEARCH_RESULTS,
+    RANKERS,
+    SEARCH_MODES,
+    VECTOR,
+)
 from services.gateway import objects
 from services.gateway.attach import Attachment
 from services.gateway.attributes import attributes_python
@@ -26,7 +34,7 @@ from services.gateway.params import (
     query_int,
 )
 from services.gateway.routes import services
-from services.gateway.search import Search, search
+from services.gateway.search import Deadlines, Search, search
 from services.pb import store_pb2
 
 DEGRADED_HEADER = "X-Ragd-Degraded"
@@ -50,7 +58,7 @@ def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
 async def create_vector_store(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request)
-    name = optional_str(body, "name", "") or ""
+    name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
     meta = metadata(body)
     expires = _expires_after(body)
     file_ids = body.get("file_ids") or []
@@ -102,7 +110,7 @@ async def update_vector_store(request: Request) -> JSONResponse:
     update = store_pb2.UpdateCollectionRequest(id=request.path_params["store_id"])
     if "name" in body:
         update.has_name = True
-        update.name = optional_str(body, "name", "") or ""
+        update.name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
     if "metadata" in body:
         update.has_metadata = True
         update.metadata.update(metadata(body))
@@ -128,9 +136,21 @@ def _queries(body: dict[str, Any]) -> list[str]:
     queries = [raw] if isinstance(raw, str) else raw
     if not isinstance(queries, list) or not queries:
         raise invalid("'query' must be a non-empty string or array of strings", param="query")
+    if len(queries) > MAX_SEARCH_QUERIES:
+        raise invalid(
+            f"'query' can hold at most {MAX_SEARCH_QUERIES} queries, got {len(queries)}",
+            param="query",
+            code="too_many_queries",
+        )
     if not all(isinstance(q, str) and q.strip() for q in queries):
         raise invalid("every 'query' must be a non-empty string", param="query")
-    for query in queries:
+    for index, query in enumerate(queries):
+        if len(query) > MAX_QUERY_CHARS:
+            raise invalid(
+                f"query {index} has {len(query)} characters; the limit is {MAX_QUERY_CHARS}",
+                param="query",
+                code="query_too_long",
+            )
         try:
             query.encode("utf-8")
         except UnicodeEncodeError:
@@ -169,7 +189,9 @@ async def search_vector_store(request: Request) -> JSONResponse:
     started = time.perf_counter()
     deps = services(request)
     asked = _search_request(request.path_params["store_id"], await json_body(request))
-    found = await search(deps.embedder, deps.store, asked, deps.config.search_embed_timeout)
+    config = deps.config
+    deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
+    found = await search(deps.embedder, deps.store, asked, deadlines)
     data = [
         {
             "file_id": hit.file_id,

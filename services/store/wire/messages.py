@@ -22,6 +22,7 @@ from services.store.records import (
     SearchHit,
     Stats,
     StoredChunk,
+    StoreStatus,
 )
 from services.store.search.filters import MAX_DEPTH, Comparison, Compound, Filter
 
@@ -242,9 +243,19 @@ def audit_entry_message(entry: AuditEntry) -> pb.AuditEntry:
     )
 
 
+def status_message(status: StoreStatus) -> pb.StoreStatus:
+    return pb.StoreStatus(
+        schema_version=status.schema_version,
+        disk_free_bytes=status.disk_free_bytes,
+        disk_total_bytes=status.disk_total_bytes,
+        storage_full=status.storage_full,
+    )
+
+
 def stats_message(stats: Stats) -> pb.StoreStats:
     database, counters = stats.database, stats.cache_counters
     return pb.StoreStats(
+        status=status_message(stats.status),
         schema_version=database.schema_version,
         db_bytes=database.db_bytes,
         wal_bytes=database.wal_bytes,

@@ -13,6 +13,7 @@ import apsw
 import grpc
 
 from services.common.grpc_server import Context
+from services.store.disk import is_full_error
 from services.store.errors import (
     BackupExists,
     BatchNotFound,
@@ -25,6 +26,7 @@ from services.store.errors import (
     LeaseLost,
     MaintenanceRunning,
     ModelMismatch,
+    StorageFull,
     StoreError,
 )
 from services.store.repository import DEFAULT_LIST_LIMIT, Repository
@@ -34,6 +36,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BUSY_MESSAGE = "the store's database is busy with other writes; retry shortly"
+INTERNAL_MESSAGE = "internal error in the store; see the store's log"
+# Trailing metadata of a write refused for a full disk.
+REASON_KEY = "ragd-reason"
+STORAGE_FULL = "storage-full"
 
 _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (CollectionNotFound, grpc.StatusCode.NOT_FOUND),
@@ -70,8 +76,19 @@ class RpcBase:
 
     async def _call(self, context: Context, work: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()
+        disk = self._repository.disk
         try:
-            return await loop.run_in_executor(self._executor, work)
+            result = await loop.run_in_executor(self._executor, work)
+            if disk.full:
+                disk.check_recovered()
+            return result
+        except StorageFull as error:
+            await _abort_full(context, error)
+        except (apsw.FullError, OSError) as error:
+            if not isinstance(error, apsw.FullError) and not is_full_error(error):
+                log.exception("store request failed")
+                await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
+            await _abort_full(context, disk.refused())
         except StoreError as error:
             await context.abort(status_for(error), str(error))
         except apsw.BusyError:
@@ -80,7 +97,15 @@ class RpcBase:
             await context.abort(grpc.StatusCode.UNAVAILABLE, BUSY_MESSAGE)
         except Exception:
             log.exception("store request failed")
-            await context.abort(
-                grpc.StatusCode.INTERNAL, "internal error in the store; see the store's log"
-            )
+            await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
         raise AssertionError("unreachable: context.abort raises")
+
+
+async def _abort_full(context: Context, error: StorageFull) -> None:
+    # RESOURCE_EXHAUSTED is gRPC's code for a full file system; the reason tells it from an
+    # overloaded server.
+    await context.abort(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        str(error),
+        trailing_metadata=((REASON_KEY, STORAGE_FULL),),
+    )

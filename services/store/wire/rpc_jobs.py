@@ -65,6 +65,7 @@ class JobRpcs(RpcBase):
                 code=request.error.code,
                 message=request.error.message,
                 retry_after_seconds=request.retry_after_seconds,
+                keep_attempt=request.keep_attempt,
             ),
         )
         return collection_file_message(record)

@@ -10,6 +10,7 @@ from services.store.wire.messages import (
     audit_entry_from_message,
     audit_entry_message,
     stats_message,
+    status_message,
 )
 from services.store.wire.rpc_base import RpcBase
 
@@ -73,6 +74,9 @@ class OperationsRpcs(RpcBase):
 
     async def GetStats(self, request: pb.GetStatsRequest, context: Context) -> pb.StoreStats:
         return stats_message(await self._call(context, self._repository.stats))
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: Context) -> pb.StoreStatus:
+        return status_message(await self._call(context, self._repository.status))
 
     async def Backup(self, request: pb.BackupRequest, context: Context) -> pb.BackupResponse:
         result = await self._call(context, lambda: self._repository.backup(request.name))

@@ -16,6 +16,7 @@ from services.common.grpc_server import (
     set_serving,
     setup_logging,
 )
+from services.common.security import listen, service_auth
 from services.pb import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
 from services.store.errors import DatabaseTooNew
@@ -45,17 +46,21 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
         config.db_path,
         operations=OperationsSettings(
             backup_dir=config.backup_dir,
+            backup_keep=config.backup_keep,
+            backup_reserve_bytes=config.backup_reserve_mb << 20,
             cache_max_entries=config.cache_max_entries,
             audit_retention_days=config.audit_retention_days,
         ),
         index=IndexSettings(coarse=config.coarse_index, min_rows=config.coarse_min_rows),
     )
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="store-db")
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(
+        interceptors=service_auth(config.service_token), options=SERVER_OPTIONS
+    )
     store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(repository, executor), server)
     health = add_health(server)
     await set_serving(health, [SERVICE_NAME], False)
-    port: int = server.add_insecure_port(config.listen)
+    port = listen(server, config.listen, config.tls)
     if port == 0:
         raise RuntimeError(f"could not listen on {config.listen}")
     await server.start()
