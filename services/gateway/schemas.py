@@ -240,9 +240,7 @@ SCHEMAS: dict[str, Schema] = {
         vector_store_id=_STRING,
         status={"enum": list(v.FILE_STATUSES)},
         last_error=_nullable(
-            _object(
-                ["code", "message"], code={"enum": list(v.FILE_ERROR_CODES)}, message=_STRING
-            )
+            _object(["code", "message"], code={"enum": list(v.FILE_ERROR_CODES)}, message=_STRING)
         ),
         chunking_strategy=_nullable(
             _object(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING)
