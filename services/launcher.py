@@ -7,9 +7,11 @@ same real processes.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +22,8 @@ from typing import IO
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.common.ports_file import read_ports
 
 SERVICES = ("store", "embedder", "gateway")
 
@@ -122,51 +126,137 @@ def wait_http_ok(child: Child, url: str, timeout: float) -> None:
     raise TimeoutError(f"{child.name} not ready at {url} after {timeout}s:\n{child.log_tail()}")
 
 
+def wait_ports_file(child: Child, path: Path, timeout: float) -> dict[str, int]:
+    """The ports a child reports in its ports file (services/common/ports_file.py)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ports = read_ports(path)
+        if ports is not None:
+            return ports
+        if not child.alive():
+            raise RuntimeError(
+                f"{child.name} exited with {child.process.returncode}:\n{child.log_tail()}"
+            )
+        time.sleep(0.05)
+    raise TimeoutError(f"{child.name} wrote no {path} after {timeout}s:\n{child.log_tail()}")
+
+
+def _port(address: str) -> str:
+    return address.rsplit(":", 1)[1]
+
+
+def _with_port(address: str, port: int) -> str:
+    return f"{address.rsplit(':', 1)[0]}:{port}"
+
+
 @dataclass
 class Stack:
-    """The three services on the given ports, sharing one environment.
+    """The three services on the given addresses, sharing one environment.
 
     `replicas` adds embedder processes (child name -> listen address) started after the
-    first one; RAGD_EMBEDDER_TARGET should then list them all.
+    first one. A listen address on port 0 (RAGD_PORT=0 for the gateway's HTTP) lets the
+    service pick a free port and report it in a ports file; the services started after it,
+    and the properties below, use the port it got, and a restart asks for the same port
+    again so that clients reconnect. The gateway's RAGD_STORE_TARGET and
+    RAGD_EMBEDDER_TARGET default to the store's and every embedder's address.
     """
 
     env: dict[str, str]
     log_dir: Path | None = None
     children: dict[str, Child] = field(default_factory=dict)
     replicas: dict[str, str] = field(default_factory=dict)
+    # What each child reported when it was started on port 0: child name -> kind -> port.
+    bound: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Where the children write their ports files; made when first needed, removed by stop().
+    _ports_dir: Path | None = field(default=None, init=False, repr=False)
+
+    def _asked(self, name: str) -> dict[str, str]:
+        """The addresses a child is configured to listen on, by kind."""
+        if name == "gateway":
+            host = self.env.get("RAGD_HOST", "127.0.0.1")
+            asked = {"http": f"{host}:{self.env.get('RAGD_PORT', '8000')}"}
+            ingest = self.env.get("RAGD_INGEST_LISTEN", "127.0.0.1:50053")
+            if ingest.lower() != "off":
+                asked["ingest"] = ingest
+            return asked
+        if name in self.replicas:
+            return {"grpc": self.replicas[name]}
+        return {"grpc": self.env[f"RAGD_{name.upper()}_LISTEN"]}
+
+    def _addresses(self, name: str) -> dict[str, str]:
+        """A child's addresses with the ports it reported: where it listens."""
+        bound = self.bound.get(name, {})
+        return {
+            kind: _with_port(address, bound[kind]) if kind in bound else address
+            for kind, address in self._asked(name).items()
+        }
+
+    @property
+    def store_target(self) -> str:
+        return self._addresses("store")["grpc"]
 
     @property
     def embedders(self) -> dict[str, str]:
-        """Every embedder's child name and listen address."""
-        return {"embedder": self.env["RAGD_EMBEDDER_LISTEN"], **self.replicas}
+        """Every embedder's child name and address."""
+        return {name: self._addresses(name)["grpc"] for name in ("embedder", *self.replicas)}
 
     @property
     def gateway_url(self) -> str:
-        host = self.env.get("RAGD_HOST", "127.0.0.1")
-        return f"http://{host}:{self.env.get('RAGD_PORT', '8000')}"
+        return f"http://{self._addresses('gateway')['http']}"
 
     @property
     def ingest_target(self) -> str:
-        """The gateway's gRPC bulk-ingest address (RAGD_INGEST_LISTEN)."""
-        return self.env.get("RAGD_INGEST_LISTEN", "127.0.0.1:50053")
+        """The gateway's gRPC bulk-ingest address ("off" when RAGD_INGEST_LISTEN is)."""
+        return self._addresses("gateway").get("ingest", "off")
 
     def _log(self, name: str) -> Path | None:
         return self.log_dir / f"{name}.log" if self.log_dir else None
 
-    def start_service(self, name: str, timeout: float = 120.0) -> Child:
-        """Starts (or restarts) a service or an embedder replica by its child name."""
-        if name in self.replicas:
-            listen = self.replicas[name]
-            env = {**self.env, "RAGD_EMBEDDER_LISTEN": listen}
-            child = spawn(name, env, self._log(name), module="embedder")
-        else:
-            child = spawn(name, self.env, self._log(name))
-        self.children[name] = child
+    def _ports_file(self, name: str) -> Path:
+        if self._ports_dir is None:
+            self._ports_dir = Path(tempfile.mkdtemp(prefix="ragd-ports-"))
+        return self._ports_dir / f"{name}.json"
+
+    def _child_env(self, name: str) -> dict[str, str]:
+        addresses = self._addresses(name)
         if name == "gateway":
-            wait_http_ok(child, self.gateway_url + "/health", timeout)
+            env = {**self.env, "RAGD_PORT": _port(addresses["http"])}
+            if "ingest" in addresses:
+                env["RAGD_INGEST_LISTEN"] = addresses["ingest"]
+            env.setdefault("RAGD_STORE_TARGET", self.store_target)
+            env.setdefault("RAGD_EMBEDDER_TARGET", ",".join(self.embedders.values()))
+            return env
+        variable = (
+            "RAGD_EMBEDDER_LISTEN" if name in self.replicas else f"RAGD_{name.upper()}_LISTEN"
+        )
+        return {**self.env, variable: addresses["grpc"]}
+
+    def start_service(self, name: str, timeout: float = 120.0) -> Child:
+        """Starts (or restarts, on the same ports) a service or an embedder replica by its
+        child name."""
+        deadline = time.monotonic() + timeout
+        env = self._child_env(name)
+        unknown = [kind for kind, address in self._addresses(name).items() if _port(address) == "0"]
+        ports_file = None
+        if unknown:
+            ports_file = self._ports_file(name)
+            # A file left by an earlier run of this child must not pass for this one's.
+            ports_file.unlink(missing_ok=True)
+            env["RAGD_PORTS_FILE"] = str(ports_file)
+        module = "embedder" if name in self.replicas else None
+        child = spawn(name, env, self._log(name), module=module)
+        self.children[name] = child
+        if ports_file is not None:
+            ports = wait_ports_file(child, ports_file, timeout)
+            missing = [kind for kind in unknown if kind not in ports]
+            if missing:
+                raise RuntimeError(f"{name} reported {ports} in {ports_file}, without {missing}")
+            self.bound[name] = {kind: ports[kind] for kind in unknown}
+        remaining = max(deadline - time.monotonic(), 1.0)
+        if name == "gateway":
+            wait_http_ok(child, self.gateway_url + "/health", remaining)
         else:
-            listen = self.replicas.get(name) or self.env[f"RAGD_{name.upper()}_LISTEN"]
-            wait_grpc_serving(child, listen, timeout)
+            wait_grpc_serving(child, self._addresses(name)["grpc"], remaining)
         return child
 
     def start(self, timeout: float = 120.0) -> None:
@@ -191,3 +281,6 @@ class Stack:
             child.terminate()
         for child in rest:
             child.stop()
+        if self._ports_dir is not None:
+            shutil.rmtree(self._ports_dir, ignore_errors=True)
+            self._ports_dir = None

@@ -1,12 +1,8 @@
-"""Shared fixtures for the embedder tests: the real model, loaded once, and reference vectors.
-
-Test modules import the fixtures they use. The model is cached per process, so modules that
-each import the fixture still share one loaded model.
-"""
+"""The real model and the reference vectors of the embedder tests, as plain functions
+(conftest.py serves them as the session fixtures embedding_model and reference)."""
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -20,21 +16,19 @@ MODEL_PATH = ROOT / "models" / "all-MiniLM-L6-v2.gguf"
 REFERENCE_PATH = Path(__file__).resolve().parent / "data" / "minilm_reference.json"
 
 
-@functools.cache
-def _shared_model() -> EmbeddingModel:
-    # Two threads leave a core to the test process and to a server under test.
-    return EmbeddingModel(MODEL_PATH, threads=2)
-
-
-@pytest.fixture(scope="session")
-def embedding_model() -> EmbeddingModel:
+def require_model() -> Path:
+    """MODEL_PATH; a test that needs it fails, saying how to get it, while it is missing."""
     if not MODEL_PATH.is_file():
         pytest.fail(f"{MODEL_PATH} is missing: run `make model` (or `make test`, which does it)")
-    return _shared_model()
+    return MODEL_PATH
 
 
-@pytest.fixture(scope="session")
-def reference() -> list[dict[str, Any]]:
+def load_model() -> EmbeddingModel:
+    # Two threads leave a core to the test process and to a server under test.
+    return EmbeddingModel(require_model(), threads=2)
+
+
+def load_reference() -> list[dict[str, Any]]:
     """Sentences with all-MiniLM-L6-v2 vectors and token ids from sentence-transformers."""
     sentences: list[dict[str, Any]] = json.loads(REFERENCE_PATH.read_text(encoding="utf-8"))[
         "sentences"

@@ -1,4 +1,5 @@
-"""Starting real stacks for tests: free loopback ports, a temp data dir, the real model."""
+"""Starting real stacks for tests: every service on a port of its own choosing, a temp data
+dir, the real model."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from services.launcher import Stack
+from tests.embedder_fixtures import require_model
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_PATH = ROOT / "models" / "all-MiniLM-L6-v2.gguf"
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on, for tests of unreachable addresses.
+
+    Only that: by the time a process binds it, another may have taken it, so the services the
+    tests start bind port 0 instead.
+    """
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -24,19 +29,16 @@ def free_port() -> int:
 
 
 def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
-    if not MODEL_PATH.exists():
-        pytest.fail(f"{MODEL_PATH} is missing: run `make model` (or `make test`, which does it)")
-    store, embedder = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    # Port 0 everywhere: each service reports the port it got (see services/launcher.py),
+    # and the gateway's targets default to them.
     env = {
-        "RAGD_STORE_LISTEN": store,
-        "RAGD_STORE_TARGET": store,
-        "RAGD_EMBEDDER_LISTEN": embedder,
-        "RAGD_EMBEDDER_TARGET": embedder,
+        "RAGD_STORE_LISTEN": "127.0.0.1:0",
+        "RAGD_EMBEDDER_LISTEN": "127.0.0.1:0",
         "RAGD_DB_PATH": str(data_dir / "ragd.db"),
-        "RAGD_MODEL_PATH": str(MODEL_PATH),
+        "RAGD_MODEL_PATH": str(require_model()),
         "RAGD_HOST": "127.0.0.1",
-        "RAGD_PORT": str(free_port()),
-        "RAGD_INGEST_LISTEN": f"127.0.0.1:{free_port()}",
+        "RAGD_PORT": "0",
+        "RAGD_INGEST_LISTEN": "127.0.0.1:0",
         # Two services share the machine's two cores with the test process.
         "RAGD_EMBEDDER_THREADS": "2",
     }
@@ -45,11 +47,9 @@ def stack_env(data_dir: Path, **overrides: str) -> dict[str, str]:
 
 
 def started_stack(tmp: Path, embedders: int = 1, **overrides: str) -> Iterator[Stack]:
-    """A running stack; `embedders` > 1 starts replicas, all in RAGD_EMBEDDER_TARGET."""
+    """A running stack; `embedders` > 1 starts replicas, all in the gateway's target."""
     env = stack_env(tmp, **overrides)
-    replicas = {f"embedder-{n}": f"127.0.0.1:{free_port()}" for n in range(2, embedders + 1)}
-    if replicas and "RAGD_EMBEDDER_TARGET" not in overrides:
-        env["RAGD_EMBEDDER_TARGET"] = ",".join([env["RAGD_EMBEDDER_LISTEN"], *replicas.values()])
+    replicas = {f"embedder-{n}": "127.0.0.1:0" for n in range(2, embedders + 1)}
     stack = Stack(env, log_dir=tmp / "logs", replicas=replicas)
     stack.start()
     try:
@@ -65,3 +65,13 @@ def wait_ready(client: httpx.Client, timeout: float = 30.0) -> None:
     while client.get("/ready").status_code != 200:
         assert time.monotonic() < deadline, client.get("/ready").text
         time.sleep(0.1)
+
+
+def document(index: int) -> str:
+    """A text of several chunks, different for each index."""
+    paragraphs = [
+        f"Document {index}, part {part}: the {index}th record describes item {index * 7 + part} "
+        "with several plain sentences so that it spans more than one chunk. " * 4
+        for part in range(3)
+    ]
+    return "\n\n".join(paragraphs)

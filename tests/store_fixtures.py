@@ -1,9 +1,11 @@
-"""Helpers shared by the store tests (plain functions; the test modules wrap them in fixtures)."""
+"""Helpers shared by the store tests (plain functions; conftest.py and the test modules wrap
+them in fixtures)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,17 +15,23 @@ import apsw
 import grpc
 import numpy as np
 import numpy.typing as npt
+import pytest
+import sqlite_vec
 
 from services.common.vocabulary import COARSE, EXACT
+from services.pb import store_pb2 as pb
 from services.pb import store_pb2_grpc
+from services.store import jobs
 from services.store.config import StoreConfig
 from services.store.db import open_database
 from services.store.records import ChunkInput, ClaimedJob, CollectionFile, File
-from services.store.repository import Repository
+from services.store.repository import OperationsSettings, Repository
 from services.store.vector_index import IndexSettings
 from services.store.wire.server import create_server
 
 MODEL = "all-MiniLM-L6-v2"
+# The vector size of the collections the vs_id fixture and new_collection create.
+DIMS = 8
 
 
 class FakeClock:
@@ -37,9 +45,15 @@ class FakeClock:
 
 
 def open_repository(
-    path: Path, clock: Callable[[], float] = time.time, index: IndexSettings | None = None
+    path: Path,
+    clock: Callable[[], float] = time.time,
+    index: IndexSettings | None = None,
+    max_attempts: int = jobs.MAX_ATTEMPTS,
+    operations: OperationsSettings | None = None,
 ) -> Repository:
-    repository = Repository(path, clock=clock, index=index)
+    repository = Repository(
+        path, clock=clock, index=index, max_attempts=max_attempts, operations=operations
+    )
     repository.migrate()
     return repository
 
@@ -71,7 +85,40 @@ async def running_store(db_path: Path, **settings: Any) -> AsyncIterator[Running
         await server.wait_for_termination()
 
 
-def _scalar(conn: apsw.Connection, sql: str, *params: object) -> int:
+Scenario = Callable[[RunningStore], Awaitable[None]]
+
+
+def run_against_store(db_path: Path, scenario: Scenario) -> None:
+    async def main() -> None:
+        async with running_store(db_path) as store:
+            await scenario(store)
+
+    asyncio.run(main())
+
+
+async def new_collection(store: RunningStore, dims: int = DIMS) -> pb.Collection:
+    request = pb.CreateCollectionRequest(name="notes", model=MODEL, dimensions=dims)
+    collection: pb.Collection = await store.stub.CreateCollection(request)
+    return collection
+
+
+async def expect_status(call: Awaitable[object], code: grpc.StatusCode) -> str:
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await call
+    assert error.value.code() == code, error.value.details()
+    details: str = error.value.details() or ""
+    return details
+
+
+def open_readonly(path: Path) -> apsw.Connection:
+    """A read-only connection with sqlite-vec, to a database a running store writes to."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    return conn
+
+
+def scalar(conn: apsw.Connection, sql: str, *params: object) -> int:
     row = conn.execute(sql, params).fetchone()
     assert row is not None
     return int(row[0] or 0)
@@ -93,15 +140,15 @@ def check_invariants(path: Path) -> None:
         for key, chunk_count, file_count, usage, index in collections:
             check_coarse_index(conn, cast(int, key), str(index))
             where = "FROM collection_files WHERE collection_id = ?"
-            assert file_count == _scalar(conn, f"SELECT count(*) {where}", key)
+            assert file_count == scalar(conn, f"SELECT count(*) {where}", key)
             completed = f"{where} AND status = 'completed'"
-            assert chunk_count == _scalar(conn, f"SELECT sum(chunk_count) {completed}", key)
-            assert usage == _scalar(conn, f"SELECT sum(usage_bytes) {completed}", key)
-            chunks = _scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
+            assert chunk_count == scalar(conn, f"SELECT sum(chunk_count) {completed}", key)
+            assert usage == scalar(conn, f"SELECT sum(usage_bytes) {completed}", key)
+            chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
             assert chunks == chunk_count
-            assert _scalar(conn, f"SELECT count(*) FROM vec_{key:d}") == chunks
+            assert scalar(conn, f"SELECT count(*) FROM vec_{key:d}") == chunks
             # Every vector belongs to a chunk of its collection (with equal counts: one each).
-            orphans = _scalar(
+            orphans = scalar(
                 conn,
                 f"SELECT count(*) FROM vec_{key:d} WHERE rowid NOT IN"
                 " (SELECT id FROM chunks WHERE collection_id = ?)",
@@ -155,9 +202,9 @@ def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
     if index == EXACT:
         assert tables == set(), f"collection {key} is exact but has {tables}"
         return
-    floats = _scalar(conn, f"SELECT count(*) FROM vecf_{key:d}")
-    assert _scalar(conn, f"SELECT count(*) FROM vecq_{key:d}") == floats
-    strays = _scalar(
+    floats = scalar(conn, f"SELECT count(*) FROM vecf_{key:d}")
+    assert scalar(conn, f"SELECT count(*) FROM vecq_{key:d}") == floats
+    strays = scalar(
         conn,
         f"SELECT count(*) FROM vecf_{key:d} WHERE id NOT IN"
         " (SELECT id FROM chunks WHERE collection_id = ?)",
@@ -166,7 +213,7 @@ def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
     assert strays == 0, f"{strays} coarse rows without a chunk in collection {key}"
     # Both copies hold the same rows, each bit row in its partition; a sample of rows (point
     # lookups in vec0 are slow) holds the same floats in vec_N and vecf_N, and their sign bits.
-    paired = _scalar(
+    paired = scalar(
         conn,
         f"SELECT count(*) FROM vecq_{key:d} AS q JOIN vecf_{key:d} AS f ON f.id = q.rowid"
         " WHERE q.part = q.rowid % 64",
@@ -179,8 +226,17 @@ def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
             (embedding, embedding, rowid, rowid),
         ).fetchone() == (1, 1), f"coarse index of {key}: row {rowid} differs from vec_{key}"
     if index == COARSE:
-        chunks = _scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
+        chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
         assert floats == chunks, f"coarse index of {key}: {floats} rows for {chunks} chunks"
+
+
+def check_fts_index(path: Path) -> None:
+    """FTS5's own check that the index holds exactly the rows of its content table."""
+    conn = open_database(path)
+    try:
+        conn.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 1)")
+    finally:
+        conn.close()
 
 
 def table_names(path: Path) -> set[str]:

@@ -21,9 +21,6 @@ from services.embedder.convert import (
     main,
 )
 from services.embedder.model import EmbeddingModel
-from tests.embedder_fixtures import embedding_model
-
-__all__ = ["embedding_model"]
 
 
 def _field(reader: gguf.GGUFReader, key: str) -> Any:

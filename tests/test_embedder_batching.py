@@ -22,9 +22,7 @@ from services.embedder.model import EmbeddingModel
 from services.embedder.server import create_server
 from services.pb import embedder_pb2 as pb
 from services.pb import embedder_pb2_grpc
-from tests.embedder_fixtures import MODEL_PATH, embedding_model
-
-__all__ = ["embedding_model"]
+from tests.embedder_fixtures import MODEL_PATH
 
 CONFIG = EmbedderConfig(listen="127.0.0.1:0", model_path=MODEL_PATH, threads=2)
 

@@ -12,9 +12,7 @@ import pytest
 
 from services.embedder.errors import EmptyInput, InputTooLong, InvalidInput, ModelLoadError
 from services.embedder.model import EmbeddingModel, pack
-from tests.embedder_fixtures import MODEL_PATH, embedding_model, reference
-
-__all__ = ["embedding_model", "reference"]
+from tests.embedder_fixtures import MODEL_PATH
 
 # "hello" is one token: n words plus [CLS] and [SEP] is n + 2 tokens.
 AT_LIMIT = "hello " * 254

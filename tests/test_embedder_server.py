@@ -27,10 +27,8 @@ from services.embedder.model import EmbeddingModel
 from services.embedder.server import SERVICE_NAME, create_server
 from services.pb import embedder_pb2 as pb
 from services.pb import embedder_pb2_grpc
-from tests.embedder_fixtures import MODEL_PATH, ROOT, embedding_model
+from tests.embedder_fixtures import MODEL_PATH, ROOT
 from tests.harness import free_port
-
-__all__ = ["embedding_model"]
 
 CONFIG = EmbedderConfig(listen="127.0.0.1:0", model_path=MODEL_PATH, threads=2)
 LONG = "hello " * 300

@@ -21,7 +21,7 @@ from services.gateway.search import Deadlines, Search, search
 from services.pb import store_pb2 as pb
 from services.store.config import StoreConfig
 from services.store.wire.server import create_server as create_store
-from tests.embedder_fixtures import MODEL_PATH, embedding_model  # noqa: F401  (fixture)
+from tests.embedder_fixtures import MODEL_PATH
 from tests.harness import free_port
 
 TEXTS = [
@@ -77,7 +77,7 @@ def run(
 
 def test_queries_fan_out_and_each_chunk_keeps_its_best_score(
     tmp_path: Path,
-    embedding_model: EmbeddingModel,  # noqa: F811
+    embedding_model: EmbeddingModel,
 ) -> None:
     async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
         queries = ["who lights the lamp?", "why are there tides?"]
@@ -111,7 +111,7 @@ def test_queries_fan_out_and_each_chunk_keeps_its_best_score(
 
 def test_vector_and_hybrid_fall_back_to_lexical_when_the_embedder_is_down(
     tmp_path: Path,
-    embedding_model: EmbeddingModel,  # noqa: F811
+    embedding_model: EmbeddingModel,
 ) -> None:
     async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
         for mode in (VECTOR, HYBRID):
@@ -130,7 +130,7 @@ def test_vector_and_hybrid_fall_back_to_lexical_when_the_embedder_is_down(
 
 def test_an_unknown_store_is_the_stores_not_found(
     tmp_path: Path,
-    embedding_model: EmbeddingModel,  # noqa: F811
+    embedding_model: EmbeddingModel,
 ) -> None:
     async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
         for mode in (VECTOR, LEXICAL):

@@ -9,15 +9,13 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import apsw
 import httpx
 import pytest
-import sqlite_vec
 
 from services.launcher import Stack
-from tests.harness import started_stack
+from tests.harness import document, started_stack
+from tests.store_fixtures import open_readonly, scalar
 
 FILES = int(os.environ.get("RAGD_TEST_FILES", "40"))
 
@@ -28,33 +26,11 @@ def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     yield from started_stack(tmp_path_factory.mktemp("durable"), RAGD_INGEST_LEASE_SECONDS="5")
 
 
-def document(index: int) -> str:
-    paragraphs = [
-        f"Document {index}, part {part}: the {index}th record describes item {index * 7 + part} "
-        "with several plain sentences so that it spans more than one chunk. " * 4
-        for part in range(3)
-    ]
-    return "\n\n".join(paragraphs)
-
-
 def batch_counts(client: httpx.Client, store_id: str, batch_id: str) -> dict[str, int]:
     reply = client.get(f"/v1/vector_stores/{store_id}/file_batches/{batch_id}")
     assert reply.status_code == 200, reply.text
     counts: dict[str, int] = reply.json()["file_counts"]
     return counts
-
-
-def scalar(conn: apsw.Connection, sql: str, params: tuple[Any, ...] = ()) -> Any:
-    row = conn.execute(sql, params).fetchone()
-    assert row is not None
-    return row[0]
-
-
-def open_readonly(path: Path) -> apsw.Connection:
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    conn.enable_load_extension(True)
-    conn.load_extension(sqlite_vec.loadable_path())
-    return conn
 
 
 def test_gateway_kill_mid_batch_then_restart(own_stack: Stack) -> None:
@@ -87,7 +63,7 @@ def test_gateway_kill_mid_batch_then_restart(own_stack: Stack) -> None:
 
     conn = open_readonly(Path(own_stack.env["RAGD_DB_PATH"]))
     try:
-        key = scalar(conn, "SELECT id FROM collections WHERE public_id = ?", (store_id,))
+        key = scalar(conn, "SELECT id FROM collections WHERE public_id = ?", store_id)
         rows: list[tuple[str, str, int]] = conn.execute(  # type: ignore[assignment]
             "SELECT file_id, status, chunk_count FROM collection_files WHERE collection_id = ?",
             (key,),
@@ -103,13 +79,13 @@ def test_gateway_kill_mid_batch_then_restart(own_stack: Stack) -> None:
                 )
             ]
             assert sorted(indexes) == list(range(chunk_count)) and chunk_count > 1
-        chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", (key,))
+        chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
         vectors = scalar(conn, f"SELECT count(*) FROM vec_{int(key)}")
         assert chunks == vectors == sum(count for _, _, count in rows)
         texts = scalar(
             conn,
             "SELECT count(DISTINCT file_id || ':' || text) FROM chunks WHERE collection_id = ?",
-            (key,),
+            key,
         )
         assert texts == chunks, "a chunk was stored twice"
         print(
@@ -130,7 +106,7 @@ def batch_counts_direct(stack: Stack, store_id: str) -> int:
             conn,
             "SELECT count(*) FROM collection_files cf JOIN collections c ON c.id = cf.collection_id"
             " WHERE c.public_id = ? AND cf.status = 'completed'",
-            (store_id,),
+            store_id,
         )
         return int(done)
     finally:

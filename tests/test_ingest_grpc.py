@@ -199,7 +199,7 @@ def numbered(count: int, prefix: str) -> list[Document]:
 def test_both_doors_refuse_a_store_of_another_model_at_once_in_the_same_words(
     own_stack: Stack, rest: httpx.Client, ingest: IngestClient
 ) -> None:
-    with grpc.insecure_channel(own_stack.env["RAGD_STORE_LISTEN"]) as channel:
+    with grpc.insecure_channel(own_stack.store_target) as channel:
         other = store_pb2_grpc.StoreStub(channel).CreateCollection(
             store_pb2.CreateCollectionRequest(name="other-model", model="bge-small", dimensions=8)
         )

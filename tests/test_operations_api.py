@@ -14,9 +14,8 @@ import pytest
 
 from services.launcher import Stack
 from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2, store_pb2_grpc
-from tests.harness import started_stack
-from tests.store_fixtures import check_invariants
-from tests.test_ingest_durability import document, open_readonly
+from tests.harness import document, started_stack
+from tests.store_fixtures import check_invariants, open_readonly
 
 KEY = "ops-key-456"
 MODEL = "all-MiniLM-L6-v2"
@@ -59,7 +58,7 @@ def wait_completed(api: httpx.Client, store_id: str, files: int, timeout: float 
 
 
 def embed_requests(stack: Stack) -> int:
-    with grpc.insecure_channel(stack.env["RAGD_EMBEDDER_LISTEN"]) as channel:
+    with grpc.insecure_channel(stack.embedders["embedder"]) as channel:
         reply = embedder_pb2_grpc.EmbedderStub(channel).Stats(embedder_pb2.StatsRequest())
         return int(reply.requests)
 
@@ -207,7 +206,7 @@ def test_vacuum_route_gives_back_a_deleted_stores_space(api: httpx.Client) -> No
 def test_a_store_of_another_model_is_a_400_naming_both(
     own_stack: Stack, api: httpx.Client, corpus: list[str]
 ) -> None:
-    with grpc.insecure_channel(own_stack.env["RAGD_STORE_LISTEN"]) as channel:
+    with grpc.insecure_channel(own_stack.store_target) as channel:
         other = store_pb2_grpc.StoreStub(channel).CreateCollection(
             store_pb2.CreateCollectionRequest(name="other", model="other-model", dimensions=384)
         )

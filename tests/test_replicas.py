@@ -156,7 +156,7 @@ def test_sigkill_mid_load_costs_no_request_and_the_restart_gets_traffic(
         assert not victim.alive()
         load.more(60)
         replicas.start_service("embedder-2")
-        address = replicas.replicas["embedder-2"]
+        address = replicas.embedders["embedder-2"]
         load.wait(lambda: requests_served(address) >= 10, 30, "the restarted replica")
         load.more(20)
     assert load.failures == []
@@ -164,7 +164,7 @@ def test_sigkill_mid_load_costs_no_request_and_the_restart_gets_traffic(
 
 def test_sigterm_drains_through_client_health_checks(replicas: Stack) -> None:
     """A replica told to stop reports NOT_SERVING first: the gateway stops sending at once."""
-    name, address = "embedder-2", replicas.replicas["embedder-2"]
+    name, address = "embedder-2", replicas.embedders["embedder-2"]
     child = replicas.children[name]
     with Load(replicas.gateway_url) as load:
         load.wait(lambda: requests_served(address) >= 5, 30, "traffic on both replicas")

@@ -63,7 +63,7 @@ def test_the_stack_works_and_its_internal_ports_refuse_calls_without_the_token(
 
     wrong = (("authorization", "Bearer not-the-token"),)
     right = (("authorization", f"Bearer {TOKEN}"),)
-    with grpc.insecure_channel(secured.env["RAGD_STORE_LISTEN"]) as channel:
+    with grpc.insecure_channel(secured.store_target) as channel:
         store = store_pb2_grpc.StoreStub(channel)
         calls: list[tuple[Callable[..., object], object]] = [
             (store.ListCollections, store_pb2.ListCollectionsRequest()),
@@ -85,7 +85,7 @@ def test_the_stack_works_and_its_internal_ports_refuse_calls_without_the_token(
         # Probes need no token: they learn only SERVING or not.
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
-    with grpc.insecure_channel(secured.env["RAGD_EMBEDDER_LISTEN"]) as channel:
+    with grpc.insecure_channel(secured.embedders["embedder"]) as channel:
         embedder = embedder_pb2_grpc.EmbedderStub(channel)
         request = embedder_pb2.EmbedRequest(texts=[b"free embeddings?"])
         assert _code(embedder.Embed, request)[0] == grpc.StatusCode.UNAUTHENTICATED

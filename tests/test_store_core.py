@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,20 +24,6 @@ from services.store.repository import Repository
 from tests.store_fixtures import MODEL, FakeClock, open_repository, table_names, unit_vectors
 
 DIMS = 16
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def repo(tmp_path: Path, clock: FakeClock) -> Iterator[Repository]:
-    repository = open_repository(tmp_path / "ragd.db", clock=clock)
-    try:
-        yield repository
-    finally:
-        repository.close()
 
 
 @pytest.fixture

@@ -20,8 +20,7 @@ import pytest
 
 from services.launcher import Stack
 from tests.harness import started_stack, wait_ready
-from tests.store_fixtures import check_invariants
-from tests.test_ingest_durability import open_readonly, scalar
+from tests.store_fixtures import check_invariants, open_readonly, scalar
 
 KILLS = int(os.environ.get("RAGD_TEST_KILLS", "3"))
 SEED = int(os.environ.get("RAGD_TEST_SEED", str(random.randrange(1 << 30))))
@@ -134,7 +133,7 @@ def test_store_killed_at_random_points_of_an_ingest(own_stack: Stack) -> None:
     conn = open_readonly(path)
     try:
         for store_id in stores:
-            key = scalar(conn, "SELECT id FROM collections WHERE public_id = ?", (store_id,))
+            key = scalar(conn, "SELECT id FROM collections WHERE public_id = ?", store_id)
             rows = cast(
                 list[tuple[str, int]],
                 conn.execute(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from services.store.repository import Repository
 from services.store.search.filters import Comparison
 from services.store.vector_index import IndexSettings
 from tests.store_fixtures import (
+    DIMS,
     MODEL,
     FakeClock,
     check_invariants,
@@ -36,28 +37,9 @@ from tests.store_fixtures import (
     upload,
 )
 
-DIMS = 8
 FIXTURE_V1 = Path(__file__).parent / "data" / "schema_v1.db.fixture"
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def repo(tmp_path: Path, clock: FakeClock) -> Iterator[Repository]:
-    repository = open_repository(tmp_path / "ragd.db", clock=clock)
-    try:
-        yield repository
-        check_invariants(repository.path)
-    finally:
-        repository.close()
-
-
-@pytest.fixture
-def vs_id(repo: Repository) -> str:
-    return repo.create_collection("notes", MODEL, DIMS).id
+pytestmark = pytest.mark.repo(checks=[check_invariants])
 
 
 def statuses(repo: Repository, collection_id: str, **kwargs: object) -> dict[str, str]:

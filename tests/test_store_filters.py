@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import apsw
 import numpy as np
@@ -19,7 +18,6 @@ from services.store.records import AttributeValue, ChunkInput
 from services.store.repository import Repository
 from services.store.search.filters import (
     MAX_DEPTH,
-    ORDER_OPS,
     Comparison,
     Compound,
     Filter,
@@ -27,9 +25,14 @@ from services.store.search.filters import (
     matches,
 )
 from services.store.vector_index import IndexSettings
+from tests.filter_strategies import (
+    Attributes,
+    any_orderable,
+    attributes_strategy,
+    filter_strategy,
+    pool_orderable,
+)
 from tests.store_fixtures import MODEL, check_invariants, open_repository, unit_vectors, upload
-
-Attributes = dict[str, AttributeValue]
 
 
 def eq(key: str, value: AttributeValue) -> Comparison:
@@ -122,54 +125,6 @@ def test_keys_and_values_are_parameters_never_sql() -> None:
 
 
 # Property: the SQL agrees with the reference on any attributes and filter.
-
-KEYS = ("a", "b", "c")
-POOL_STRINGS = ("", "x", "y", "xy", "é", "Z", "\U0001f600")
-POOL_NUMBERS = (-2, -1.5, 0, 0.0, 0.5, 1, 1.0, 2, 2.5, 10**15)
-
-strings = st.one_of(
-    st.sampled_from(POOL_STRINGS), st.text(st.characters(exclude_categories=["Cs"]), max_size=3)
-)
-numbers = st.one_of(
-    st.sampled_from(POOL_NUMBERS),
-    st.integers(-(2**53), 2**53),
-    st.floats(allow_nan=False, allow_infinity=False),
-)
-filter_keys = st.sampled_from((*KEYS, "d"))
-
-
-def filter_strategy(orderable: st.SearchStrategy[Any]) -> st.SearchStrategy[Filter]:
-    values = st.one_of(orderable, st.booleans())
-    comparisons = st.one_of(
-        st.builds(Comparison, filter_keys, st.sampled_from(("eq", "ne")), value=values),
-        st.builds(Comparison, filter_keys, st.sampled_from(ORDER_OPS), value=orderable),
-        st.builds(
-            Comparison,
-            filter_keys,
-            st.sampled_from(("in", "nin")),
-            values=st.lists(values, min_size=1, max_size=3).map(tuple),
-        ),
-    )
-    return st.recursive(
-        comparisons,
-        lambda children: st.builds(
-            Compound,
-            st.sampled_from(("and", "or")),
-            st.lists(children, min_size=1, max_size=3).map(tuple),
-        ),
-        max_leaves=8,
-    )
-
-
-def attributes_strategy(orderable: st.SearchStrategy[Any]) -> st.SearchStrategy[Attributes]:
-    values = st.one_of(orderable, st.booleans())
-    return st.dictionaries(st.sampled_from(KEYS), values, max_size=len(KEYS))
-
-
-# Any values, for the semantics; values from a small pool, so that filters often match some
-# files but not all, for search.
-any_orderable = st.one_of(strings, numbers)
-pool_orderable = st.sampled_from(("", "x", "é", 0, 1, 2.5))
 
 _SQL_CONNECTION = apsw.Connection(":memory:")
 

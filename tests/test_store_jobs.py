@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import apsw
@@ -22,43 +21,20 @@ from services.store.errors import (
 from services.store.records import ChunkInput, EmbeddingModel, FileCounts
 from services.store.repository import Repository
 from tests.store_fixtures import (
+    DIMS,
     MODEL,
     FakeClock,
     check_invariants,
     claim_one,
     finish,
+    open_repository,
     unit_vectors,
     upload,
 )
 
-DIMS = 8
 LEASE = 60
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-def _open(path: Path, clock: FakeClock, max_attempts: int = jobs.MAX_ATTEMPTS) -> Repository:
-    repository = Repository(path, clock=clock, max_attempts=max_attempts)
-    repository.migrate()
-    return repository
-
-
-@pytest.fixture
-def repo(tmp_path: Path, clock: FakeClock) -> Iterator[Repository]:
-    repository = _open(tmp_path / "ragd.db", clock)
-    try:
-        yield repository
-        check_invariants(repository.path)
-    finally:
-        repository.close()
-
-
-@pytest.fixture
-def vs_id(repo: Repository) -> str:
-    return repo.create_collection("notes", MODEL, DIMS).id
+pytestmark = pytest.mark.repo(checks=[check_invariants])
 
 
 def attach_new(repo: Repository, collection_id: str, text: str = "hello") -> str:
@@ -106,7 +82,7 @@ def test_jobs_of_another_model_fail_at_claim_in_the_model_rules_words(
 def test_concurrent_claimers_never_share_a_job(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "ragd.db"
     workers, per_claim, count = 4, 3, 60
-    with _open(path, clock) as repo:
+    with open_repository(path, clock) as repo:
         vs_id = repo.create_collection("notes", MODEL, DIMS).id
         expected = {attach_new(repo, vs_id, f"doc {i}") for i in range(count)}
         claimed: dict[str, list[str]] = {f"w{n}": [] for n in range(workers)}
@@ -337,7 +313,7 @@ def test_a_transient_failure_is_retried_after_the_delay(
 
 
 def test_retries_stop_after_the_attempt_limit(tmp_path: Path, clock: FakeClock) -> None:
-    with _open(tmp_path / "ragd.db", clock, max_attempts=3) as repo:
+    with open_repository(tmp_path / "ragd.db", clock, max_attempts=3) as repo:
         vs_id = repo.create_collection("notes", MODEL, DIMS).id
         attach_new(repo, vs_id)
         for attempt in (1, 2, 3):
@@ -353,7 +329,7 @@ def test_retries_stop_after_the_attempt_limit(tmp_path: Path, clock: FakeClock) 
 
 
 def test_a_job_whose_workers_keep_dying_fails(tmp_path: Path, clock: FakeClock) -> None:
-    with _open(tmp_path / "ragd.db", clock, max_attempts=2) as repo:
+    with open_repository(tmp_path / "ragd.db", clock, max_attempts=2) as repo:
         vs_id = repo.create_collection("notes", MODEL, DIMS).id
         file_id = attach_new(repo, vs_id)
         for attempt in (1, 2):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,8 @@ from tests.store_fixtures import (
 DIMS = 8
 KEY = f"{MODEL}@sha256:{'ab' * 32}"
 
+pytestmark = pytest.mark.repo(checks=[check_invariants])
+
 
 def make_repo(path: Path, clock: FakeClock | None = None, **settings: object) -> Repository:
     repository = Repository(
@@ -39,21 +40,6 @@ def make_repo(path: Path, clock: FakeClock | None = None, **settings: object) ->
     )
     repository.migrate()
     return repository
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def repo(tmp_path: Path, clock: FakeClock) -> Iterator[Repository]:
-    repository = make_repo(tmp_path / "ragd.db", clock)
-    try:
-        yield repository
-        check_invariants(repository.path)
-    finally:
-        repository.close()
 
 
 def digest(text: str) -> bytes:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 
 import grpc
@@ -24,34 +24,17 @@ from services.store.config import StoreConfig
 from services.store.db import open_database
 from services.store.errors import DatabaseTooNew
 from services.store.wire.server import SERVICE_NAME, create_server
-from tests.store_fixtures import MODEL, RunningStore, running_store, unit_vectors
+from tests.store_fixtures import (
+    DIMS,
+    MODEL,
+    RunningStore,
+    expect_status,
+    new_collection,
+    run_against_store,
+    unit_vectors,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-DIMS = 8
-
-Scenario = Callable[[RunningStore], Awaitable[None]]
-
-
-def run_against_store(db_path: Path, scenario: Scenario) -> None:
-    async def main() -> None:
-        async with running_store(db_path) as store:
-            await scenario(store)
-
-    asyncio.run(main())
-
-
-async def new_collection(store: RunningStore, dims: int = DIMS) -> pb.Collection:
-    request = pb.CreateCollectionRequest(name="notes", model=MODEL, dimensions=dims)
-    collection: pb.Collection = await store.stub.CreateCollection(request)
-    return collection
-
-
-async def expect_status(call: Awaitable[object], code: grpc.StatusCode) -> str:
-    with pytest.raises(grpc.aio.AioRpcError) as error:
-        await call
-    assert error.value.code() == code, error.value.details()
-    details: str = error.value.details() or ""
-    return details
 
 
 def test_health_reports_serving(tmp_path: Path) -> None:

@@ -13,8 +13,15 @@ from services.common.vectors import to_bytes
 from services.pb import store_pb2 as pb
 from services.store import db
 from services.store.db import open_database
-from tests.store_fixtures import MODEL, RunningStore, unit_vectors
-from tests.test_store_server import DIMS, expect_status, new_collection, run_against_store
+from tests.store_fixtures import (
+    DIMS,
+    MODEL,
+    RunningStore,
+    expect_status,
+    new_collection,
+    run_against_store,
+    unit_vectors,
+)
 
 WORKER = "host:1:0"
 

@@ -28,7 +28,6 @@ from services.store.records import AttributeValue, ChunkInput
 from services.store.repository import Repository
 from services.store.search.filters import Comparison, Filter
 from services.store.vector_index import IndexSettings
-from tests.embedder_fixtures import embedding_model  # noqa: F401  (fixture)
 from tests.store_fixtures import (
     MODEL,
     RunningStore,
@@ -218,7 +217,7 @@ def stdlib_docstrings(limit: int) -> list[str]:
 
 
 def test_coarse_recall_on_real_embeddings(
-    embedding_model: EmbeddingModel,  # noqa: F811
+    embedding_model: EmbeddingModel,
     tmp_path: Path,
 ) -> None:
     """~2,400 real MiniLM vectors. The default candidate count would cover a third of so small

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health
@@ -22,6 +23,7 @@ from services.common.grpc_server import (
     set_serving,
     setup_logging,
 )
+from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
 from services.common.vectors import FloatMatrix
 from services.embedder.batcher import Batcher, BatchLimits
@@ -221,7 +223,7 @@ async def _release_when_terminated(
         tokenizer.shutdown(wait=True)
 
 
-async def _serve(config: EmbedderConfig) -> None:
+async def _serve(config: EmbedderConfig, ports_file: Path | None) -> None:
     running = await _start(config, None, None)
     host = config.listen.rsplit(":", 1)[0]
     limits = running.limits
@@ -236,6 +238,8 @@ async def _serve(config: EmbedderConfig) -> None:
         limits.max_queued_tokens,
         limits.max_wait * 1000,
     )
+    if ports_file is not None:
+        write_ports(ports_file, {"grpc": running.port})
 
     async def drain() -> None:
         # Health-checking clients (the gateway) stop picking this replica within
@@ -250,11 +254,12 @@ async def _serve(config: EmbedderConfig) -> None:
 def main() -> None:
     try:
         config = EmbedderConfig.from_env()
+        ports_file = ports_file_from_env()
     except ConfigError as error:
         raise SystemExit(f"ragd-embedder: {error}") from None
     setup_logging(config.log_level)
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, ports_file))
     except (ModelLoadError, OSError) as error:
         log.error("%s", error)
         raise SystemExit(1) from None

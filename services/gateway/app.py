@@ -108,6 +108,8 @@ def create_app(config: GatewayConfig) -> Starlette:
             if config.ingest_listen.lower() != "off":
                 grpc_server, port = await ingest_server.create_server(config, deps)
                 log.info("bulk ingest (gRPC) on %s, port %d", config.ingest_listen, port)
+                # Reported by server.py: the port is only known here when it was 0.
+                app.state.ingest_port = port
             yield {"services": deps}
         finally:
             if grpc_server is not None:

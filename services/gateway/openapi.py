@@ -61,6 +61,9 @@ class Operation:
     query: Sequence[Schema] = field(default_factory=list)
     # Extra media types of a JSON body route that also takes multipart.
     also_form: str | None = None
+    # Path parameters the response gives values for (a JSON pointer into its body), so the
+    # description links this operation to the ones that take them (stateful clients follow).
+    returns: dict[str, str] = field(default_factory=dict)
 
 
 OPERATIONS: dict[Endpoint, Operation] = {
@@ -88,7 +91,9 @@ OPERATIONS: dict[Endpoint, Operation] = {
     ),
     embeddings.embeddings: Operation("Create embeddings", "EmbeddingList", "EmbeddingRequest"),
     embeddings.models: Operation("List the served models", "ModelList"),
-    files.create_file: Operation("Upload a file", "File", form="FileUpload"),
+    files.create_file: Operation(
+        "Upload a file", "File", form="FileUpload", returns={"file_id": "/id"}
+    ),
     files.list_files: Operation(
         "List files",
         "FileList",
@@ -98,7 +103,7 @@ OPERATIONS: dict[Endpoint, Operation] = {
     files.delete_file: Operation("Delete a file everywhere", "Deleted"),
     files.file_content: Operation("Download a file's bytes"),
     vector_stores.create_vector_store: Operation(
-        "Create a vector store", "VectorStore", "VectorStoreCreate"
+        "Create a vector store", "VectorStore", "VectorStoreCreate", returns={"store_id": "/id"}
     ),
     vector_stores.list_vector_stores: Operation(
         "List vector stores", "VectorStoreList", query=_paging()
@@ -116,6 +121,7 @@ OPERATIONS: dict[Endpoint, Operation] = {
         "VectorStoreFile",
         "VectorStoreFileCreate",
         also_form="VectorStoreFileUpload",
+        returns={"store_id": "/vector_store_id", "file_id": "/id"},
     ),
     vector_store_files.list_files: Operation(
         "List a vector store's (or a file batch's) files",
@@ -133,7 +139,10 @@ OPERATIONS: dict[Endpoint, Operation] = {
         "The file's stored chunks", "VectorStoreFileContent"
     ),
     file_batches.create_batch: Operation(
-        f"Attach up to {v.MAX_BATCH_FILES} files", "FileBatch", "FileBatchCreate"
+        f"Attach up to {v.MAX_BATCH_FILES} files",
+        "FileBatch",
+        "FileBatchCreate",
+        returns={"store_id": "/vector_store_id", "batch_id": "/id"},
     ),
     file_batches.get_batch: Operation("Retrieve a file batch", "FileBatch"),
     file_batches.cancel_batch: Operation("Cancel a file batch", "FileBatch"),
@@ -180,8 +189,22 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
     return operation
 
 
+def _link(operations: Sequence[tuple[str, Schema]], returns: dict[str, str]) -> Schema:
+    """Links to every operation whose path parameters the response gives values for."""
+    links: Schema = {}
+    for path, operation in operations:
+        names = set(_PATH_PARAM.findall(path))
+        if names and names <= set(returns):
+            links[operation["operationId"]] = {
+                "operationId": operation["operationId"],
+                "parameters": {name: f"$response.body#{returns[name]}" for name in names},
+            }
+    return links
+
+
 def build_spec(routes: Sequence[BaseRoute]) -> Schema:
     paths: dict[str, Schema] = {}
+    every: list[tuple[str, Schema, Endpoint]] = []
     for route in routes:
         if not isinstance(route, Route):
             continue
@@ -189,9 +212,14 @@ def build_spec(routes: Sequence[BaseRoute]) -> Schema:
             if method == "HEAD":
                 continue
             lowered = method.lower()
-            paths.setdefault(route.path, {})[lowered] = _operation(
-                route.path, lowered, route.endpoint
-            )
+            operation = _operation(route.path, lowered, route.endpoint)
+            paths.setdefault(route.path, {})[lowered] = operation
+            every.append((route.path, operation, route.endpoint))
+    for _, operation, endpoint in every:
+        returns = OPERATIONS[endpoint].returns
+        if returns:
+            links = _link([(path, other) for path, other, _ in every], returns)
+            operation["responses"]["200"]["links"] = links
     return {
         "openapi": "3.1.0",
         "info": {

@@ -52,10 +52,12 @@ _METADATA = {
     "propertyNames": {"maxLength": v.MAX_KEY_CHARS},
     "additionalProperties": {"type": "string", "maxLength": v.MAX_METADATA_CHARS},
 }
+# What a float64 holds: larger JSON numbers are refused.
+_FINITE = {"type": "number", "minimum": -1.7976931348623157e308, "maximum": 1.7976931348623157e308}
 _ATTRIBUTE = {
     "oneOf": [
         {"type": "string", "maxLength": v.MAX_ATTRIBUTE_CHARS},
-        {"type": "number"},
+        _FINITE,
         {"type": "boolean"},
     ]
 }
@@ -79,6 +81,7 @@ _STATIC_CHUNKING = _object(
     },
     chunk_overlap_tokens={"type": "integer", "minimum": 0},
 )
+_QUERY = {"type": "string", "pattern": r"\S", "maxLength": v.MAX_QUERY_CHARS}
 _TEXT_PART = _object(["type", "text"], type={"const": "text"}, text=_STRING)
 
 SCHEMAS: dict[str, Schema] = {
@@ -157,7 +160,7 @@ SCHEMAS: dict[str, Schema] = {
     "FileUpload": _object(
         ["file", "purpose"],
         file={"type": "string", "format": "binary"},
-        purpose=_STRING,
+        purpose={"enum": list(v.FILE_PURPOSES)},
     ),
     "File": _object(
         ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
@@ -185,14 +188,14 @@ SCHEMAS: dict[str, Schema] = {
         **{status: _COUNT for status in (*v.FILE_STATUSES, "total")},
     ),
     "VectorStoreCreate": _object(
-        name=_STRING,
+        name={"type": "string", "maxLength": v.MAX_NAME_CHARS},
         metadata=_METADATA,
         file_ids={"type": "array", "items": _STRING},
         chunking_strategy=ref("ChunkingStrategy"),
         expires_after=_EXPIRES_AFTER,
     ),
     "VectorStoreUpdate": _object(
-        name=_nullable(_STRING),
+        name=_nullable({"type": "string", "maxLength": v.MAX_NAME_CHARS}),
         metadata=_nullable(_METADATA),
         expires_after=_nullable(_EXPIRES_AFTER),
     ),
@@ -223,13 +226,14 @@ SCHEMAS: dict[str, Schema] = {
         "description": "OpenAI's {file_id, attributes, chunking_strategy}; or, as a ragd "
         "extension, {text, filename, attributes, chunking_strategy} or a multipart 'file' "
         "(attributes and chunking_strategy as JSON strings).",
+        "anyOf": [{"required": ["file_id"]}, {"required": ["text"]}],
     }
     | _object(
         file_id={"type": "string", "minLength": 1},
         attributes=_ATTRIBUTES,
         chunking_strategy=ref("ChunkingStrategy"),
         text=_STRING,
-        filename=_STRING,
+        filename={"type": "string", "maxLength": v.MAX_FILENAME_CHARS},
     ),
     "VectorStoreFileUpload": _object(
         ["file"],
@@ -262,10 +266,12 @@ SCHEMAS: dict[str, Schema] = {
         has_more=_BOOL,
         next_page={"type": "null"},
     ),
-    "FileBatchCreate": _object(
-        file_ids={"type": "array", "items": _STRING, "maxItems": v.MAX_BATCH_FILES},
+    "FileBatchCreate": {"oneOf": [{"required": ["file_ids"]}, {"required": ["files"]}]}
+    | _object(
+        file_ids={"type": "array", "items": _STRING, "minItems": 1, "maxItems": v.MAX_BATCH_FILES},
         files={
             "type": "array",
+            "minItems": 1,
             "maxItems": v.MAX_BATCH_FILES,
             "items": _object(
                 ["file_id"],
@@ -312,8 +318,8 @@ SCHEMAS: dict[str, Schema] = {
         ["query"],
         query={
             "oneOf": [
-                {"type": "string", "pattern": r"\S"},
-                {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": r"\S"}},
+                _QUERY,
+                {"type": "array", "minItems": 1, "maxItems": v.MAX_SEARCH_QUERIES, "items": _QUERY},
             ]
         },
         max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},

@@ -2,35 +2,82 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
+from collections.abc import Callable
 
 import uvicorn
+from starlette.applications import Starlette
+from uvicorn.config import STARTUP_FAILURE
 
 from services.common.grpc_server import setup_logging
+from services.common.ports_file import ports_file_from_env, write_ports
 from services.gateway.app import create_app
 from services.gateway.config import GatewayConfig
 
 log = logging.getLogger(__name__)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling `on_started` once the app has started and the socket serves."""
+
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_started = on_started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._on_started()
+
+
+def _bound_ports(app: Starlette, http_port: int) -> dict[str, int]:
+    ports = {"http": http_port}
+    # The lifespan sets it once the gRPC ingest server listens (never when RAGD_INGEST_LISTEN
+    # is "off").
+    ingest_port: int | None = getattr(app.state, "ingest_port", None)
+    if ingest_port is not None:
+        ports["ingest"] = ingest_port
+    return ports
+
+
 def main() -> None:
     config = GatewayConfig.from_env()
+    ports_file = ports_file_from_env()
     setup_logging(config.log_level)
-    log.info(
-        "gateway on http://%s:%d (embedder %s, store %s)",
-        config.host,
-        config.port,
-        config.embedder_target,
-        config.store_target,
-    )
-    uvicorn.run(
-        create_app(config),
+    app = create_app(config)
+    server_config = uvicorn.Config(
+        app,
         host=config.host,
         port=config.port,
         log_level=config.log_level.lower(),
         access_log=False,
         timeout_graceful_shutdown=10,
     )
+    # Bound here rather than inside uvicorn, so that the port is known when RAGD_PORT is 0.
+    sock = server_config.bind_socket()
+    port: int = sock.getsockname()[1]
+    log.info(
+        "gateway on http://%s:%d (embedder %s, store %s)",
+        config.host,
+        port,
+        config.embedder_target,
+        config.store_target,
+    )
+
+    def started() -> None:
+        if ports_file is not None:
+            write_ports(ports_file, _bound_ports(app, port))
+
+    server = _Server(server_config, started)
+    # uvicorn raises the SIGINT it handled again once it has shut down; as uvicorn.run does,
+    # that is a clean exit.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
+    if not server.started:
+        # As uvicorn.run does: a process whose server never started has failed.
+        raise SystemExit(STARTUP_FAILURE)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import grpc
 
@@ -16,6 +17,7 @@ from services.common.grpc_server import (
     set_serving,
     setup_logging,
 )
+from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
 from services.pb import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
@@ -113,21 +115,24 @@ async def _release_when_terminated(
         repository.close()
 
 
-async def _serve(config: StoreConfig) -> None:
+async def _serve(config: StoreConfig, ports_file: Path | None) -> None:
     server, port = await create_server(config)
     host = config.listen.rsplit(":", 1)[0]
     log.info("store listening on %s:%d", host, port)
+    if ports_file is not None:
+        write_ports(ports_file, {"grpc": port})
     await serve_until_signalled(server)
 
 
 def main() -> None:
     try:
         config = StoreConfig.from_env()
+        ports_file = ports_file_from_env()
     except ConfigError as error:
         raise SystemExit(f"ragd-store: {error}") from None
     setup_logging(config.log_level)
     try:
-        asyncio.run(_serve(config))
+        asyncio.run(_serve(config, ports_file))
     except DatabaseTooNew as error:
         log.error("%s", error)
         raise SystemExit(2) from None
