@@ -60,6 +60,21 @@ test-crash: setup
 test-ingest-large: setup
 	RAGD_TEST_INGEST_DOCS=10000 $(VENV)/bin/pytest -q -s tests/test_ingest_grpc.py -k memory
 
+# Schemathesis over /openapi.json against a fresh stack: every operation, stateful links, 200
+# examples each (a few minutes); `make test` runs a short smoke of it. FUZZ_ARGS="--seed N".
+.PHONY: fuzz
+FUZZ_ARGS ?=
+fuzz: setup
+	$(PY) -m tests.fuzz --max-examples 200 $(FUZZ_ARGS)
+
+# Ten minutes of mixed upload, search and delete traffic with one service SIGKILLed every
+# minute in turn, then every acknowledged file and the invariants checked; the figures go to
+# bench/results/soak/ and BENCHMARKS.md. SOAK_ARGS="--minutes 3".
+.PHONY: soak
+SOAK_ARGS ?=
+soak: setup $(VENV)/.bench-installed
+	$(PY) -m tests.soak --minutes 10 --publish $(SOAK_ARGS)
+
 lint: setup
 	$(VENV)/bin/ruff check services tests bench
 	$(VENV)/bin/ruff format --check services tests bench

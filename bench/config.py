@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.processes import ROOT
 
-SCENARIOS = ("embedding", "ingest", "search", "footprint", "gateway")
+SCENARIOS = ("embedding", "ingest", "search", "footprint", "gateway", "contention")
 RESULTS_DIR = ROOT / "bench" / "results"
 
 

@@ -99,10 +99,11 @@ def _wait_ready(url: str, timeout: float) -> None:
 
 
 @contextmanager
-def running_stack(data_dir: Path, threads: int) -> Iterator[RunningStack]:
-    """The three services on free ports, started one after the other as `make run` does."""
+def running_stack(data_dir: Path, threads: int, **overrides: str) -> Iterator[RunningStack]:
+    """The three services on free ports, started one after the other as `make run` does;
+    `overrides` are RAGD_* settings."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    stack = Stack(stack_env(data_dir, threads), log_dir=data_dir / "logs")
+    stack = Stack({**stack_env(data_dir, threads), **overrides}, log_dir=data_dir / "logs")
     cold: dict[str, float] = {}
     try:
         started = time.monotonic()

@@ -135,6 +135,17 @@ def _short(row: Row) -> str:
     return f"{row.scenario.split()[0]} {name}"[:60]
 
 
+def publish_section(markdown: Path, name: str, section: str) -> None:
+    """Replaces (or appends) the section between <!-- NAME:begin --> and <!-- NAME:end -->."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    text = markdown.read_text() if markdown.exists() else "# Benchmarks\n"
+    if begin not in text or end not in text:
+        text = text.rstrip() + f"\n\n{begin}\n{end}\n"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    markdown.write_text(f"{head}{begin}\n{section.strip()}\n{end}{tail}")
+
+
 def publish(markdown: Path, chart_src: Path, chart_dst: Path, section: str) -> None:
     """Replaces the generated section of BENCHMARKS.md and copies the chart beside it."""
     shutil.copyfile(chart_src, chart_dst)

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import embedding, footprint, gateway, ingest, machine, report, search
+from bench import contention, embedding, footprint, gateway, ingest, machine, report, search
 from bench.config import BenchConfig, parse, run_dir
 from bench.context import Context
 from bench.corpus import Corpus
@@ -24,6 +24,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "search": search.run,
     "footprint": footprint.run,
     "gateway": gateway.run,
+    "contention": contention.run,
 }
 
 
