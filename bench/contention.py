@@ -136,7 +136,7 @@ def run(ctx: Context) -> None:
     queries = ctx.corpus.snippets(max(20, config.search_queries), 20, 120)
     uploaders = 2
     results: dict[str, tuple[Phase, Phase, Phase]] = {}
-    for lane, threads in (("interactive lane", "1"), ("no lane", "0")):
+    for lane, threads in (("interactive lane", str(config.threads)), ("no lane", "0")):
         directory = ctx.run_dir / f"contention-{threads}"
         with (
             timed(ctx, f"contention, {lane}"),

@@ -20,6 +20,8 @@ RAGD_EMBEDDER_INTERACTIVE_THREADS  llama.cpp threads of the interactive lane, a 
                             context for small PRIORITY_INTERACTIVE requests (search queries),
                             which then never wait behind ingest passes (default 1; 0: no lane,
                             such requests just go first in the bulk queue).
+RAGD_EMBEDDER_BULK_NICE     with the interactive lane, the nice value of the bulk lane's
+                            threads (default 19): the CPU goes to a search's pass first.
 RAGD_EMBEDDER_INTERACTIVE_TOKENS  largest request (tokens) the interactive lane takes
                             (default 4096); larger ones go first in the bulk queue.
 RAGD_EMBEDDER_DRAIN_SECONDS on SIGTERM, how long to report NOT_SERVING while still serving,
@@ -61,6 +63,7 @@ class EmbedderConfig:
     queue_tokens: int = 65536
     interactive_threads: int = 1
     interactive_tokens: int = 4096
+    bulk_nice: int = 19
     # Graceful shutdown and replica discovery (see server.py).
     drain_seconds: float = 1.0
     max_connection_age: float = 300.0
@@ -93,6 +96,7 @@ class EmbedderConfig:
             interactive_tokens=env.int(
                 "EMBEDDER_INTERACTIVE_TOKENS", cls.interactive_tokens, minimum=1
             ),
+            bulk_nice=env.int("EMBEDDER_BULK_NICE", cls.bulk_nice, minimum=0),
             drain_seconds=_duration(env, "EMBEDDER_DRAIN_SECONDS", cls.drain_seconds),
             max_connection_age=_duration(
                 env, "EMBEDDER_MAX_CONNECTION_AGE", cls.max_connection_age

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -113,17 +114,34 @@ class Lane:
             self.model.close()
 
 
+def _lower_priority(nice: int) -> None:
+    """Makes the calling thread (and the OpenMP threads it will start, which inherit its
+    nice value) yield the CPU to normal threads: the scheduler, not a pass boundary, then puts
+    an interactive pass ahead of a bulk one that is already running."""
+    if nice > 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except OSError as error:
+            log.warning("cannot lower the bulk lane's priority: %s", error)
+
+
 async def _open_lane(
     config: EmbedderConfig,
     model: EmbeddingModel | None,
     name: str,
     threads: int,
     queue_tokens: int,
+    nice: int = 0,
 ) -> Lane:
     loop = asyncio.get_running_loop()
     # One model thread: llama.cpp contexts are not thread-safe, and a pass uses every core
     # it is given anyway.
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"embedder-{name}")
+    executor = ThreadPoolExecutor(
+        max_workers=1,
+        thread_name_prefix=f"embedder-{name}",
+        initializer=_lower_priority,
+        initargs=(nice,),
+    )
     owned = model is None
     try:
         if model is None:
@@ -157,10 +175,18 @@ async def _start(
     tokenizer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-tokenizer")
     lanes: list[Lane] = []
     try:
-        bulk = await _open_lane(config, model, "model", config.threads, config.queue_tokens)
+        laned = config.interactive_threads > 0 and (model is None or interactive is not None)
+        bulk = await _open_lane(
+            config,
+            model,
+            "model",
+            config.threads,
+            config.queue_tokens,
+            nice=config.bulk_nice if laned else 0,
+        )
         lanes.append(bulk)
         fast: Lane | None = None
-        if config.interactive_threads > 0 and (model is None or interactive is not None):
+        if laned:
             fast = await _open_lane(
                 config,
                 interactive,

@@ -118,7 +118,7 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             return await self._batcher.embed(inputs)
         tokens = sum(len(ids) for ids in inputs)
         if self._interactive is not None and tokens <= self._interactive_tokens:
-            return await self._interactive.embed(inputs)
+            return await self._interactive.embed(inputs, priority=True)
         return await self._batcher.embed(inputs, priority=True)
 
     async def Tokenize(self, request: pb.TokenizeRequest, context: Context) -> pb.TokenizeResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import sys
 from collections.abc import Callable
 
 import uvicorn
@@ -20,16 +21,20 @@ log = logging.getLogger(__name__)
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, calling `on_started` once the app has started and the socket serves."""
+    """uvicorn's server, calling `on_started` with the bound HTTP port once the app has
+    started and the socket serves."""
 
-    def __init__(self, config: uvicorn.Config, on_started: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, on_started: Callable[[int], None]) -> None:
         super().__init__(config)
         self._on_started = on_started
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn binds the socket itself: a socket bound here and handed over would reach
+        # uvloop without TCP_NODELAY, and every keep-alive request would wait ~40 ms for a
+        # delayed ACK.
         await super().startup(sockets)
         if self.started:
-            self._on_started()
+            self._on_started(self.servers[0].sockets[0].getsockname()[1])
 
 
 def _bound_ports(app: Starlette, http_port: int) -> dict[str, int]:
@@ -43,6 +48,10 @@ def _bound_ports(app: Starlette, http_port: int) -> dict[str, int]:
 
 
 def main() -> None:
+    # Ingest workers chunk text on threads of this process: a short GIL switch interval keeps
+    # them from holding up the event loop (a search's handling) for Python's default 5 ms at
+    # a time.
+    sys.setswitchinterval(0.0005)
     config = GatewayConfig.from_env()
     ports_file = ports_file_from_env()
     setup_logging(config.log_level)
@@ -55,18 +64,15 @@ def main() -> None:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
-    # Bound here rather than inside uvicorn, so that the port is known when RAGD_PORT is 0.
-    sock = server_config.bind_socket()
-    port: int = sock.getsockname()[1]
-    log.info(
-        "gateway on http://%s:%d (embedder %s, store %s)",
-        config.host,
-        port,
-        config.embedder_target,
-        config.store_target,
-    )
 
-    def started() -> None:
+    def started(port: int) -> None:
+        log.info(
+            "gateway on http://%s:%d (embedder %s, store %s)",
+            config.host,
+            port,
+            config.embedder_target,
+            config.store_target,
+        )
         if ports_file is not None:
             write_ports(ports_file, _bound_ports(app, port))
 
@@ -74,7 +80,7 @@ def main() -> None:
     # uvicorn raises the SIGINT it handled again once it has shut down; as uvicorn.run does,
     # that is a clean exit.
     with contextlib.suppress(KeyboardInterrupt):
-        server.run(sockets=[sock])
+        server.run()
     if not server.started:
         # As uvicorn.run does: a process whose server never started has failed.
         raise SystemExit(STARTUP_FAILURE)
