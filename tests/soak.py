@@ -38,6 +38,9 @@ WORDS = (
     "compass reef anchor beacon current estuary delta fjord lagoon monsoon"
 ).split()
 ORDER = ("embedder", "store", "gateway")
+UPLOAD_PAUSE = 1.0
+# The ingest backlog at the end must shrink at least this often, or the drain gives up.
+DRAIN_STALL_SECONDS = 120
 
 
 @dataclass
@@ -96,7 +99,8 @@ def _uploader(stack: Stack, store_id: str, tally: Tally, stop: threading.Event, 
                 if reply is not None and reply.status_code == 200:
                     tally.acknowledged.add(reply.json()["id"])
                 tally.unsure_uploads += unsure
-            stop.wait(0.2)
+            # About what ingest sustains on 2 cores: a backlog proves nothing more.
+            stop.wait(UPLOAD_PAUSE)
 
 
 def _searcher(stack: Stack, store_id: str, tally: Tally, stop: threading.Event, seed: int) -> None:
@@ -178,9 +182,13 @@ def soak(minutes: float, kill_every: float, directory: Path) -> dict[str, Any]:
             for thread in threads:
                 thread.join()
             wait_ready(http, timeout=60)
-            deadline = time.monotonic() + 300
-            while http.get(f"/v1/vector_stores/{store_id}").json()["file_counts"]["in_progress"]:
-                if time.monotonic() > deadline:
+            backlog, moved = -1, time.monotonic()
+            while pending := http.get(f"/v1/vector_stores/{store_id}").json()["file_counts"][
+                "in_progress"
+            ]:
+                if pending != backlog:
+                    backlog, moved = pending, time.monotonic()
+                elif time.monotonic() - moved > DRAIN_STALL_SECONDS:
                     break
                 time.sleep(1)
             listed: dict[str, str] = {}

@@ -15,6 +15,12 @@ def to_bytes(vectors: npt.ArrayLike) -> bytes:
 
 def from_bytes(data: bytes, dimensions: int, count: int | None = None) -> FloatMatrix:
     """Decodes `count` vectors of `dimensions` floats; raises ValueError on a size mismatch."""
+    rows = check_size(data, dimensions, count)
+    return np.frombuffer(data, dtype=_WIRE).reshape(rows, dimensions).astype(np.float32)
+
+
+def check_size(data: bytes, dimensions: int, count: int | None = None) -> int:
+    """The number of vectors in `data` (exactly `count` if given); ValueError otherwise."""
     if dimensions <= 0:
         raise ValueError(f"dimensions must be positive, got {dimensions}")
     if len(data) % (4 * dimensions) != 0:
@@ -25,4 +31,4 @@ def from_bytes(data: bytes, dimensions: int, count: int | None = None) -> FloatM
     rows = len(data) // (4 * dimensions)
     if count is not None and rows != count:
         raise ValueError(f"expected {count} vectors of {dimensions} dimensions, got {rows}")
-    return np.frombuffer(data, dtype=_WIRE).reshape(rows, dimensions).astype(np.float32)
+    return rows

@@ -24,7 +24,6 @@ from services.store.errors import (
     FileNotFound,
     InvalidArgument,
 )
-from services.store.ingest import chunk_public_id
 from services.store.paging import fetch_page, unknown_cursor
 from services.store.records import (
     AttributeValue,
@@ -36,6 +35,7 @@ from services.store.records import (
     NewFile,
     Page,
     StoredChunk,
+    chunk_public_id,
 )
 
 STATUSES = FILE_STATUSES

@@ -39,7 +39,9 @@ class DiskWatch:
     def __init__(self, directory: Path) -> None:
         self._directory = directory
         self._lock = threading.Lock()
-        self._full = False
+        # A write failed for lack of space and the disk has not had room since. Read on
+        # every call (a plain attribute: no lock, a stale read only delays the recovery log).
+        self.full = False
 
     def usage(self) -> DiskUsage:
         stat = os.statvfs(self._directory)
@@ -47,15 +49,11 @@ class DiskWatch:
             free_bytes=stat.f_bavail * stat.f_frsize, total_bytes=stat.f_blocks * stat.f_frsize
         )
 
-    @property
-    def full(self) -> bool:
-        return self._full
-
     def refused(self) -> StorageFull:
         """Records that a write failed for lack of space; the error to give the caller."""
         free = self.usage().free_bytes
         with self._lock:
-            first, self._full = not self._full, True
+            first, self.full = not self.full, True
         if first:
             log.error(
                 "THE DISK UNDER %s IS FULL (%d bytes free): writes are refused until space is "
@@ -70,12 +68,12 @@ class DiskWatch:
 
     def check_recovered(self) -> None:
         """After a full disk, notices (and logs) when space is back."""
-        if not self._full:
+        if not self.full:
             return
         usage = self.usage()
         if usage.free_bytes < min(RECOVERED_BYTES, usage.total_bytes // 4):
             return
         with self._lock:
-            was, self._full = self._full, False
+            was, self.full = self.full, False
         if was:
             log.warning("the disk under %s has room again: writes resume", self._directory)

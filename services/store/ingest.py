@@ -51,10 +51,6 @@ def check_chunks(chunks: Sequence[ChunkInput], vectors: FloatMatrix) -> None:
     check_vectors(vectors, "vector")
 
 
-def chunk_public_id(key: int) -> str:
-    return f"chunk_{key:d}"
-
-
 def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
     """Deletes a file's chunks and their vectors from a collection (inside a transaction)."""
     old_ids = conn.execute(

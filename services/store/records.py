@@ -14,6 +14,11 @@ Attributes = Mapping[str, AttributeValue]
 T = TypeVar("T")
 
 
+def chunk_public_id(key: int) -> str:
+    """A chunk's id in the API, from its integer key."""
+    return f"chunk_{key:d}"
+
+
 @dataclass(frozen=True)
 class FileCounts:
     in_progress: int = 0

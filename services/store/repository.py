@@ -226,7 +226,7 @@ class Repository:
     def search(
         self,
         collection_id: str,
-        query: npt.ArrayLike | None,
+        query: npt.ArrayLike | bytes | None,
         k: int,
         score_threshold: float = 0.0,
         model: str = "",
@@ -240,7 +240,7 @@ class Repository:
             self._conn(),
             collection_id=collection_id,
             mode=mode,
-            query=None if query is None else np.asarray(query, dtype=np.float32),
+            query=query if query is None or isinstance(query, bytes) else np.asarray(query),
             text=query_text,
             k=k,
             score_threshold=score_threshold,

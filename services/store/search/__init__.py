@@ -48,7 +48,7 @@ def run(
     *,
     collection_id: str,
     mode: str,
-    query: FloatMatrix | None,
+    query: FloatMatrix | bytes | None,
     text: str,
     k: int,
     score_threshold: float,
@@ -61,13 +61,22 @@ def run(
     """The k best chunks of the collection for `mode` (empty: vector), best first, without
     those scoring below the threshold. Lexical uses only `text`, vector only `query` (one
     L2-normalized vector; an empty `model` skips the model check), hybrid both. With a filter,
-    only chunks of files whose attributes match compete. `exact` skips the coarse index."""
+    only chunks of files whose attributes match compete. `exact` skips the coarse index.
+    A query in the wire format (float32 bytes) goes to sqlite-vec as it came, checked in place.
+    """
     mode = mode or VECTOR
-    if query is not None:
-        query = np.asarray(query, dtype=np.float32)
-    _check(mode, query, text, k, score_threshold)
+    values = None
+    if isinstance(query, bytes):
+        if len(query) % 4:
+            raise InvalidArgument(f"a query vector of {len(query)} bytes is not float32 values")
+        values = np.frombuffer(query, dtype="<f4")
+    elif query is not None:
+        values = np.asarray(query, dtype=np.float32)
+    _check(mode, values, text, k, score_threshold)
     condition = compile_filter(filter) if filter is not None else None
-    blob = to_bytes(query) if query is not None and mode != LEXICAL else b""
+    blob = b""
+    if values is not None and mode != LEXICAL:
+        blob = query if isinstance(query, bytes) else to_bytes(values)
 
     def nearest(count: int) -> list[SearchHit]:
         return vector.nearest(

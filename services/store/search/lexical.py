@@ -13,8 +13,7 @@ from typing import cast
 
 import apsw
 
-from services.store.ingest import chunk_public_id
-from services.store.records import SearchHit
+from services.store.records import SearchHit, chunk_public_id
 
 # Words of the query beyond this many distinct ones are ignored: each is one posting-list scan.
 MAX_QUERY_TERMS = 64

@@ -10,8 +10,7 @@ import apsw
 
 from services.store import vector_index
 from services.store.compat import check_query
-from services.store.ingest import chunk_public_id
-from services.store.records import Collection, SearchHit
+from services.store.records import Collection, SearchHit, chunk_public_id
 from services.store.vector_index import IndexSettings
 
 # A filter allows the chunks of the completed files whose attributes match. The condition

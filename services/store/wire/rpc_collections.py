@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from services.common.grpc_server import Context
+from services.common.vectors import check_size
 from services.common.vocabulary import LEXICAL, VECTOR
 from services.pb import store_pb2 as pb
+from services.store.errors import InvalidArgument
 from services.store.wire.messages import (
     attributes_from_message,
     chunks_from_message,
@@ -111,7 +113,12 @@ class CollectionRpcs(RpcBase):
             mode = request.mode or VECTOR
             query = None
             if mode != LEXICAL:
-                query = decode_vectors(request.query_vector, request.dimensions, 1)[0]
+                try:
+                    check_size(request.query_vector, request.dimensions, 1)
+                except ValueError as error:
+                    raise InvalidArgument(str(error)) from None
+                # As it came: search.run checks it in place and hands it to sqlite-vec.
+                query = request.query_vector
             hits = self._repository.search(
                 collection_id=request.collection_id,
                 query=query,
