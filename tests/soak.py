@@ -233,7 +233,7 @@ def soak(minutes: float, kill_every: float, directory: Path) -> dict[str, Any]:
         "invariants": invariants,
         "statuses": {op: dict(counts) for op, counts in tally.statuses.items()},
         "latency_ms": {
-            op: {q: round(percentile(values, q), 1) for q in (50, 95, 99)}
+            op: {f"p{q}": round(percentile(values, q), 1) for q in (50, 95, 99)}
             for op, values in tally.latencies.items()
         },
     }
@@ -268,9 +268,7 @@ def markdown(result: dict[str, Any]) -> str:
     for op, counts in result["statuses"].items():
         lat = result["latency_ms"].get(op, {})
         shown = ", ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
-        lines.append(
-            f"| {op} | {shown} | {lat.get(50, '')} | {lat.get(95, '')} | {lat.get(99, '')} |"
-        )
+        lines.append(f"| {op} | {shown} | {lat.get('p50')} | {lat.get('p95')} | {lat.get('p99')} |")
     return "\n".join(lines) + "\n"
 
 
