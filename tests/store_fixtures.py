@@ -188,8 +188,42 @@ def check_invariants(path: Path) -> None:
             ).fetchall()
             == []
         )
+        conversation_invariants(conn)
     finally:
         conn.close()
+
+
+def check_conversation_invariants(path: Path) -> None:
+    conn = open_database(path)
+    try:
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        conversation_invariants(conn)
+    finally:
+        conn.close()
+
+
+def conversation_invariants(conn: apsw.Connection) -> None:
+    """Conversations count their items and number them below their counter; every item
+    belongs to a conversation or a response; the full-text index matches the items' text."""
+    assert (
+        conn.execute(
+            "SELECT c.id FROM conversations AS c WHERE c.item_count <>"
+            " (SELECT count(*) FROM items AS i WHERE i.conversation_id = c.id)"
+            " OR c.next_position <="
+            " coalesce((SELECT max(position) FROM items AS i WHERE i.conversation_id = c.id), -1)"
+        ).fetchall()
+        == []
+    )
+    assert (
+        conn.execute(
+            "SELECT id FROM items WHERE (conversation_id IS NULL AND response_id IS NULL)"
+            " OR ((conversation_id IS NULL) <> (position IS NULL))"
+            " OR ((response_id IS NULL) <> (response_role = ''))"
+        ).fetchall()
+        == []
+    )
+    # FTS5's own check of an external-content index against its table.
+    conn.execute("INSERT INTO items_fts (items_fts) VALUES ('integrity-check')")
 
 
 def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:

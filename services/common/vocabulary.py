@@ -62,3 +62,13 @@ AUTO, STATIC = "auto", "static"
 
 # Operations the audit log records.
 AUDIT_OPERATIONS = ("search", "ingest")
+
+# OpenAI: items added to a conversation in one call; the item kinds and statuses it knows.
+MAX_NEW_ITEMS = 20
+ITEM_STATUSES = (IN_PROGRESS, COMPLETED, "incomplete", FAILED)
+ROLES = ("user", "assistant", "system", "developer")
+# ragd's bounds on what a conversation holds: a title, and one item's JSON.
+MAX_TITLE_CHARS = 200
+MAX_ITEM_BYTES = 1 << 20
+# OpenAI: a response's status.
+RESPONSE_STATUSES = (COMPLETED, "incomplete", FAILED, CANCELLED, IN_PROGRESS, "queued")

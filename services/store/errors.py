@@ -73,3 +73,25 @@ class DatabaseTooNew(Exception):
 
 class StorageFull(StoreError):
     """The disk under the database (or the backup directory) has no room for the write."""
+
+
+class ConversationNotFound(StoreError):
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"no conversation with id {conversation_id!r}")
+        self.conversation_id = conversation_id
+
+
+class ItemNotFound(StoreError):
+    def __init__(self, conversation_id: str, item_id: str) -> None:
+        super().__init__(f"no item {item_id!r} in conversation {conversation_id!r}")
+        self.item_id = item_id
+
+
+class ResponseNotFound(StoreError):
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"no response with id {response_id!r}")
+        self.response_id = response_id
+
+
+class ResponseExists(StoreError):
+    """A response of that id was recorded already (a retried turn)."""

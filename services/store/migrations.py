@@ -207,12 +207,104 @@ ALTER TABLE collections ADD COLUMN vector_index TEXT NOT NULL DEFAULT 'exact'
     CHECK (vector_index IN ('exact', 'building', 'coarse'));
 """
 
+# Conversations and responses (chat history). An item (a message, a file_search call, a
+# function call or its output, reasoning...) belongs to a conversation, where `position` orders
+# it, to a response, as one of its inputs or outputs in order, or to both: a turn in a
+# conversation appends its response's items to it. `body` keeps the item's other OpenAI fields
+# as JSON (content parts of any type, queries and results, arguments), so nothing a client sent
+# is dropped; `text` is what full-text search sees, indexed by items_fts like chunks_fts.
+_V6_CONVERSATIONS = """
+CREATE TABLE conversations (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    public_id      TEXT    NOT NULL UNIQUE,
+    created_at     INTEGER NOT NULL,
+    last_active_at INTEGER NOT NULL,
+    metadata       TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
+    title          TEXT    NOT NULL DEFAULT '',
+    item_count     INTEGER NOT NULL DEFAULT 0,
+    next_position  INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX conversations_active ON conversations (last_active_at);
+
+CREATE TABLE responses (
+    id                   INTEGER PRIMARY KEY AUTOINCREMENT,
+    public_id            TEXT    NOT NULL UNIQUE,
+    conversation_id      INTEGER REFERENCES conversations (id),
+    previous_response_id TEXT    NOT NULL DEFAULT '',
+    created_at           REAL    NOT NULL,
+    completed_at         REAL    NOT NULL DEFAULT 0,
+    status               TEXT    NOT NULL
+                         CHECK (status IN ('completed', 'incomplete', 'failed', 'cancelled')),
+    model                TEXT    NOT NULL DEFAULT '',
+    settings             TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(settings)),
+    usage                TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(usage)),
+    error                TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(error))
+) STRICT;
+CREATE INDEX responses_conversation ON responses (conversation_id);
+CREATE INDEX responses_previous ON responses (previous_response_id);
+
+CREATE TABLE items (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    public_id         TEXT    NOT NULL UNIQUE,
+    conversation_id   INTEGER REFERENCES conversations (id),
+    position          INTEGER,
+    response_id       INTEGER REFERENCES responses (id),
+    response_role     TEXT    NOT NULL DEFAULT '' CHECK (response_role IN ('', 'input', 'output')),
+    response_position INTEGER NOT NULL DEFAULT 0,
+    type              TEXT    NOT NULL,
+    role              TEXT    NOT NULL DEFAULT '',
+    status            TEXT    NOT NULL DEFAULT 'completed',
+    body              TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(body)),
+    text              TEXT    NOT NULL DEFAULT '',
+    created_at        INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX items_position ON items (conversation_id, position)
+    WHERE conversation_id IS NOT NULL;
+CREATE INDEX items_response ON items (response_id, response_role, response_position);
+
+CREATE VIRTUAL TABLE items_fts USING fts5(
+    text,
+    content = 'items',
+    content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+
+CREATE TRIGGER items_fts_insert AFTER INSERT ON items BEGIN
+    INSERT INTO items_fts (rowid, text) VALUES (new.id, new.text);
+END;
+
+CREATE TRIGGER items_fts_delete AFTER DELETE ON items BEGIN
+    INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+
+CREATE TRIGGER items_fts_update AFTER UPDATE OF text ON items BEGIN
+    INSERT INTO items_fts (items_fts, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO items_fts (rowid, text) VALUES (new.id, new.text);
+END;
+
+-- Embeddings of conversation items' text, for search by meaning, one per item and model
+-- (little-endian float32). Gateways fill them in the background: the items without one for
+-- the embedder's model are the queue, so nothing is lost when a gateway stops mid-way.
+CREATE TABLE item_vectors (
+    item_id INTEGER NOT NULL REFERENCES items (id) ON DELETE CASCADE,
+    model   TEXT    NOT NULL,
+    vector  BLOB    NOT NULL,
+    PRIMARY KEY (item_id, model)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX item_vectors_model ON item_vectors (model);
+
+CREATE TRIGGER items_vectors_update AFTER UPDATE OF text ON items BEGIN
+    DELETE FROM item_vectors WHERE item_id = new.id;
+END;
+"""
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
     _script(_V3_LEXICAL_INDEX),
     _script(_V4_CACHE_AND_AUDIT),
     _script(_V5_VECTOR_INDEX),
+    _script(_V6_CONVERSATIONS),
 ]
 
 

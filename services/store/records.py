@@ -296,3 +296,97 @@ class Stats:
     def cache_hit_rate(self) -> float:
         lookups = self.cache_counters.hits + self.cache_counters.misses
         return self.cache_counters.hits / lookups if lookups else 0.0
+
+
+# Conversations and responses (chat history).
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    created_at: int
+    last_active_at: int
+    metadata: dict[str, str]
+    # The first line of the first user message unless one was set.
+    title: str
+    item_count: int
+    # User messages.
+    turn_count: int = 0
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """An item to record: OpenAI's item fields other than id/type/role/status in `body`."""
+
+    type: str
+    body: str = "{}"
+    role: str = ""
+    status: str = "completed"
+    # What full-text search sees (the message's text, a call's queries...).
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    type: str
+    role: str
+    status: str
+    # JSON object of the item's other fields.
+    body: str
+    text: str
+    created_at: int
+    conversation_id: str = ""
+    response_id: str = ""
+    # Its place in the conversation: increasing, with gaps where items were deleted.
+    position: int = 0
+
+
+@dataclass(frozen=True)
+class NewResponse:
+    """A finished turn: the response and its items, written in one transaction."""
+
+    id: str
+    created_at: float
+    completed_at: float
+    # completed, incomplete, failed or cancelled.
+    status: str
+    model: str
+    # JSON objects: the request's settings, token usage, and the error of a failed turn.
+    settings: str = "{}"
+    usage: str = "{}"
+    error: str = "{}"
+    conversation_id: str = ""
+    previous_response_id: str = ""
+    inputs: tuple[NewItem, ...] = ()
+    outputs: tuple[NewItem, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResponseRecord:
+    id: str
+    created_at: float
+    completed_at: float
+    status: str
+    model: str
+    settings: str
+    usage: str
+    error: str
+    conversation_id: str
+    previous_response_id: str
+    outputs: list[Item]
+
+
+@dataclass(frozen=True)
+class ItemHit:
+    item: Item
+    # In [0, 1], the best hit scoring 1 (bm25 relative to the best, as for chunks).
+    score: float
+
+
+@dataclass(frozen=True)
+class PendingText:
+    """A conversation item's text waiting for its vector."""
+
+    key: int
+    text: str

@@ -19,18 +19,20 @@ import apsw
 import numpy as np
 import numpy.typing as npt
 
-from services.common.vocabulary import VECTOR
+from services.common.vocabulary import LEXICAL, VECTOR
 from services.store import (
     attachments,
     audit,
     batches,
     cache,
     catalog,
+    conversations,
     files,
     ingest,
     jobs,
     maintenance,
     migrations,
+    responses,
     search,
     vector_index,
 )
@@ -48,17 +50,25 @@ from services.store.records import (
     ClaimedJob,
     Collection,
     CollectionFile,
+    Conversation,
     EmbeddingModel,
     File,
     FileBatch,
+    Item,
+    ItemHit,
     NewFile,
+    NewItem,
+    NewResponse,
     Page,
+    PendingText,
+    ResponseRecord,
     SearchHit,
     Stats,
     StoredChunk,
     StoreStatus,
     VacuumResult,
 )
+from services.store.search import items as item_search
 from services.store.search.filters import Filter
 
 DEFAULT_LIST_LIMIT = 20
@@ -543,3 +553,121 @@ class Repository:
     def vacuum(self) -> VacuumResult:
         with self._exclusive("vacuum"):
             return maintenance.vacuum(self._conn(), path=self.path)
+
+    # Conversations and responses
+
+    def create_conversation(
+        self,
+        metadata: Mapping[str, str] | None = None,
+        title: str = "",
+        items: Sequence[NewItem] = (),
+    ) -> tuple[Conversation, list[Item]]:
+        return conversations.create(
+            self._conn(), metadata=metadata or {}, title=title, items=items, now=self._now()
+        )
+
+    def get_conversation(self, conversation_id: str) -> Conversation:
+        return conversations.get(self._conn(), conversation_id)
+
+    def update_conversation(
+        self,
+        conversation_id: str,
+        metadata: Mapping[str, str] | None = None,
+        title: str | None = None,
+    ) -> Conversation:
+        return conversations.update(self._conn(), conversation_id, metadata=metadata, title=title)
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        conversations.delete(self._conn(), conversation_id)
+
+    def list_conversations(
+        self,
+        limit: int = DEFAULT_LIST_LIMIT,
+        order: str = "desc",
+        after: str | None = None,
+        before: str | None = None,
+    ) -> Page[Conversation]:
+        return conversations.list_page(
+            self._conn(), limit=limit, order=order, after=after, before=before
+        )
+
+    def add_items(self, conversation_id: str, items: Sequence[NewItem]) -> list[Item]:
+        return conversations.add_items(self._conn(), conversation_id, items, now=self._now())
+
+    def list_items(
+        self,
+        conversation_id: str,
+        limit: int = DEFAULT_LIST_LIMIT,
+        order: str = "desc",
+        after: str | None = None,
+        before: str | None = None,
+    ) -> Page[Item]:
+        return conversations.list_items(
+            self._conn(), conversation_id, limit=limit, order=order, after=after, before=before
+        )
+
+    def get_item(self, conversation_id: str, item_id: str) -> Item:
+        return conversations.get_item(self._conn(), conversation_id, item_id)
+
+    def delete_item(self, conversation_id: str, item_id: str) -> Conversation:
+        return conversations.delete_item(self._conn(), conversation_id, item_id)
+
+    def search_history(
+        self,
+        text: str,
+        k: int,
+        conversation_id: str = "",
+        mode: str = LEXICAL,
+        vector: bytes = b"",
+        model: str = "",
+    ) -> list[ItemHit]:
+        return item_search.search(
+            self._conn(),
+            text=text,
+            k=k,
+            conversation_id=conversation_id,
+            mode=mode,
+            vector=vector,
+            model=model,
+        )
+
+    def pending_item_texts(self, model: str, after: int, limit: int) -> list[PendingText]:
+        return item_search.pending(self._conn(), model, after, limit)
+
+    def put_item_vectors(
+        self, model: str, dimensions: int, keys: Sequence[int], data: bytes
+    ) -> int:
+        return item_search.put_vectors(self._conn(), model, dimensions, keys, data)
+
+    def record_response(self, response: NewResponse) -> ResponseRecord:
+        return responses.record(self._conn(), response, now=self._now())
+
+    def get_response(self, response_id: str) -> ResponseRecord:
+        return responses.get(self._conn(), response_id)
+
+    def delete_response(self, response_id: str) -> None:
+        responses.delete(self._conn(), response_id)
+
+    def list_response_input_items(
+        self,
+        response_id: str,
+        limit: int = DEFAULT_LIST_LIMIT,
+        order: str = "desc",
+        after: str | None = None,
+    ) -> Page[Item]:
+        return responses.input_items(
+            self._conn(), response_id, limit=limit, order=order, after=after
+        )
+
+    def history(
+        self,
+        conversation_id: str = "",
+        previous_response_id: str = "",
+        limit: int = responses.MAX_HISTORY,
+    ) -> list[Item]:
+        return responses.history(
+            self._conn(),
+            conversation_id=conversation_id,
+            previous_response_id=previous_response_id,
+            limit=limit,
+        )

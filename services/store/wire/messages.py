@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from services.common.vectors import FloatMatrix, from_bytes
 from services.pb import store_pb2 as pb
@@ -15,10 +15,15 @@ from services.store.records import (
     ClaimedJob,
     Collection,
     CollectionFile,
+    Conversation,
     EmbeddingModel,
     File,
     FileBatch,
     FileCounts,
+    Item,
+    NewItem,
+    NewResponse,
+    ResponseRecord,
     SearchHit,
     Stats,
     StoredChunk,
@@ -293,4 +298,77 @@ def stats_message(stats: Stats) -> pb.StoreStats:
             )
             for item in database.collections
         ],
+    )
+
+
+def new_items_from_message(items: Sequence[pb.NewItem]) -> list[NewItem]:
+    return [
+        NewItem(
+            type=item.type,
+            body=item.body_json or "{}",
+            role=item.role,
+            status=item.status or "completed",
+            text=item.text,
+        )
+        for item in items
+    ]
+
+
+def item_message(item: Item) -> pb.ConversationItem:
+    return pb.ConversationItem(
+        id=item.id,
+        type=item.type,
+        role=item.role,
+        status=item.status,
+        body_json=item.body,
+        text=item.text,
+        created_at=item.created_at,
+        conversation_id=item.conversation_id,
+        response_id=item.response_id,
+        position=item.position,
+    )
+
+
+def conversation_message(conversation: Conversation) -> pb.Conversation:
+    return pb.Conversation(
+        id=conversation.id,
+        created_at=conversation.created_at,
+        last_active_at=conversation.last_active_at,
+        metadata=conversation.metadata,
+        title=conversation.title,
+        item_count=conversation.item_count,
+        turn_count=conversation.turn_count,
+    )
+
+
+def response_from_message(message: pb.RecordResponseRequest) -> NewResponse:
+    return NewResponse(
+        id=message.id,
+        created_at=message.created_at,
+        completed_at=message.completed_at,
+        status=message.status,
+        model=message.model,
+        settings=message.settings_json or "{}",
+        usage=message.usage_json or "{}",
+        error=message.error_json or "{}",
+        conversation_id=message.conversation_id,
+        previous_response_id=message.previous_response_id,
+        inputs=tuple(new_items_from_message(message.inputs)),
+        outputs=tuple(new_items_from_message(message.outputs)),
+    )
+
+
+def response_message(record: ResponseRecord) -> pb.ResponseRecord:
+    return pb.ResponseRecord(
+        id=record.id,
+        created_at=record.created_at,
+        completed_at=record.completed_at,
+        status=record.status,
+        model=record.model,
+        settings_json=record.settings,
+        usage_json=record.usage,
+        error_json=record.error,
+        conversation_id=record.conversation_id,
+        previous_response_id=record.previous_response_id,
+        outputs=[item_message(item) for item in record.outputs],
     )

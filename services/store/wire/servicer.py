@@ -8,6 +8,7 @@ from __future__ import annotations
 from services.pb import store_pb2_grpc
 from services.store.wire.rpc_base import status_for
 from services.store.wire.rpc_collections import CollectionRpcs
+from services.store.wire.rpc_conversations import ConversationRpcs
 from services.store.wire.rpc_files import FileRpcs
 from services.store.wire.rpc_jobs import JobRpcs
 from services.store.wire.rpc_operations import OperationsRpcs
@@ -16,6 +17,11 @@ __all__ = ["StoreServicer", "status_for"]
 
 
 class StoreServicer(
-    CollectionRpcs, FileRpcs, JobRpcs, OperationsRpcs, store_pb2_grpc.StoreServicer
+    CollectionRpcs,
+    FileRpcs,
+    JobRpcs,
+    OperationsRpcs,
+    ConversationRpcs,
+    store_pb2_grpc.StoreServicer,
 ):
     """The Store service: every RPC of store.proto."""
