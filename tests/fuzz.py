@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHECKS = "not_a_server_error,response_schema_conformance"
+CONFIG = Path(__file__).with_name("fuzz.toml")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ def run_schemathesis(base_url: str, max_examples: int, seed: int | None = None) 
     st = Path(sys.executable).with_name("st")
     command = [
         str(st) if st.exists() else (shutil.which("st") or "st"),
+        "--config-file",
+        str(CONFIG),
         "run",
         f"{base_url}/openapi.json",
         "--checks",

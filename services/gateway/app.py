@@ -14,17 +14,22 @@ from services.gateway import ingest_server
 from services.gateway.attach import Attacher
 from services.gateway.audit import AuditLog
 from services.gateway.auth import ApiKeyMiddleware
+from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import EmbedderClient, open_channel, store_stub
 from services.gateway.config import GatewayConfig
 from services.gateway.embed_cache import EmbeddingCache
+from services.gateway.history_index import HistoryIndexer
 from services.gateway.http_errors import EXCEPTION_HANDLERS
 from services.gateway.openapi import openapi
 from services.gateway.routes import (
     admin,
+    chat,
+    conversations,
     embeddings,
     file_batches,
     files,
     health,
+    responses,
     vector_store_files,
     vector_stores,
 )
@@ -34,6 +39,8 @@ from services.gateway.worker import IngestWorkers, WorkerSettings
 log = logging.getLogger(__name__)
 
 VS = "/v1/vector_stores/{store_id}"
+CONV = "/v1/conversations/{conversation_id}"
+RESP = "/v1/responses/{response_id}"
 ROUTES = [
     Route("/health", health.health, methods=["GET"]),
     Route("/ready", health.ready, methods=["GET"]),
@@ -65,6 +72,22 @@ ROUTES = [
     Route(VS + "/file_batches/{batch_id}", file_batches.get_batch, methods=["GET"]),
     Route(VS + "/file_batches/{batch_id}/cancel", file_batches.cancel_batch, methods=["POST"]),
     Route(VS + "/file_batches/{batch_id}/files", vector_store_files.list_files, methods=["GET"]),
+    Route("/v1/conversations", conversations.create_conversation, methods=["POST"]),
+    Route("/v1/conversations", conversations.list_conversations, methods=["GET"]),
+    Route("/v1/conversations/search", conversations.search_history, methods=["POST"]),
+    Route(CONV, conversations.get_conversation, methods=["GET"]),
+    Route(CONV, conversations.update_conversation, methods=["POST"]),
+    Route(CONV, conversations.delete_conversation, methods=["DELETE"]),
+    Route(CONV + "/search", conversations.search_history, methods=["POST"]),
+    Route(CONV + "/items", conversations.create_items, methods=["POST"]),
+    Route(CONV + "/items", conversations.list_items, methods=["GET"]),
+    Route(CONV + "/items/{item_id}", conversations.get_item, methods=["GET"]),
+    Route(CONV + "/items/{item_id}", conversations.delete_item, methods=["DELETE"]),
+    Route("/v1/responses", responses.create_response, methods=["POST"]),
+    Route(RESP, responses.get_response, methods=["GET"]),
+    Route(RESP, responses.delete_response, methods=["DELETE"]),
+    Route(RESP + "/input_items", responses.list_input_items, methods=["GET"]),
+    Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
 ]
 
 
@@ -102,7 +125,13 @@ def create_app(config: GatewayConfig) -> Starlette:
             workers,
             audit,
             Attacher(store, embedder, workers),
+            ChatUpstream(config.chat) if config.chat else None,
+            HistoryIndexer(embedder, store, config.ingest_poll_seconds)
+            if config.ingest_workers
+            else None,
         )
+        if deps.history is not None:
+            deps.history.start()
         grpc_server = None
         try:
             if config.ingest_listen.lower() != "off":
@@ -117,6 +146,10 @@ def create_app(config: GatewayConfig) -> Starlette:
                 await grpc_server.stop(5)
             await workers.stop()
             await audit.stop()
+            if deps.history is not None:
+                await deps.history.stop()
+            if deps.chat is not None:
+                await deps.chat.close()
             await embedder_channel.close()
             await store_channel.close()
 

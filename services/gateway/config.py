@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from services.common.config import ConfigError, Env
 from services.common.security import TlsFiles, service_token
+from services.gateway.chat.upstream import ChatSettings
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class GatewayConfig:
     # This gateway's certificate (a TLS client of the store and the embedders) and the CA
     # their certificates must chain to (RAGD_TLS_CERT/KEY/CA).
     tls: TlsFiles | None = None
+    # The chat model that answers /v1/responses and /v1/chat/completions (RAGD_CHAT_*); None
+    # when RAGD_CHAT_BASE_URL is unset: conversations still work, responses answer 501.
+    chat: ChatSettings | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -80,6 +84,7 @@ class GatewayConfig:
             embed_cache=env.bool("EMBED_CACHE", cls.embed_cache),
             service_token=service_token(env),
             tls=TlsFiles.from_env(env),
+            chat=_chat(env),
         )
         timeouts = (
             config.embed_timeout,
@@ -93,3 +98,25 @@ class GatewayConfig:
                 " RAGD_SEARCH_STORE_TIMEOUT must be positive"
             )
         return config
+
+
+def _chat(env: Env) -> ChatSettings | None:
+    base_url = env.optional("CHAT_BASE_URL")
+    if base_url is None:
+        return None
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"RAGD_CHAT_BASE_URL must be an http(s) URL, got {base_url!r}")
+    defaults = ChatSettings(base_url, "")
+    settings = ChatSettings(
+        base_url=base_url,
+        model=env.str("CHAT_MODEL", "default"),
+        api_key=env.secret("CHAT_API_KEY"),
+        timeout=env.float("CHAT_TIMEOUT", defaults.timeout),
+        context_tokens=env.int("CHAT_CONTEXT_TOKENS", defaults.context_tokens, minimum=256),
+        max_output_tokens=env.int("CHAT_MAX_OUTPUT_TOKENS", defaults.max_output_tokens, minimum=1),
+    )
+    if settings.timeout <= 0:
+        raise ConfigError("RAGD_CHAT_TIMEOUT must be positive")
+    if settings.max_output_tokens >= settings.context_tokens:
+        raise ConfigError("RAGD_CHAT_MAX_OUTPUT_TOKENS must be less than RAGD_CHAT_CONTEXT_TOKENS")
+    return settings

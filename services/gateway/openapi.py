@@ -20,14 +20,18 @@ from starlette.routing import BaseRoute, Route
 from services.common import vocabulary as v
 from services.gateway.routes import (
     admin,
+    chat,
+    conversations,
     embeddings,
     file_batches,
     files,
     health,
+    responses,
     vector_store_files,
     vector_stores,
 )
 from services.gateway.schemas import SCHEMAS, Schema, ref
+from services.gateway.schemas_chat import CHAT_SCHEMAS
 
 Endpoint = Callable[..., Any]
 
@@ -50,6 +54,13 @@ def _paging(max_limit: int = 100, before: bool = True) -> list[Schema]:
     return params
 
 
+_INCLUDE = _query(
+    "include",
+    {"type": "array", "items": {"enum": ["file_search_call.results"]}},
+    "file_search_call.results: the results of file_search calls",
+)
+
+
 @dataclass(frozen=True)
 class Operation:
     summary: str
@@ -64,6 +75,8 @@ class Operation:
     # Path parameters the response gives values for (a JSON pointer into its body), so the
     # description links this operation to the ones that take them (stateful clients follow).
     returns: dict[str, str] = field(default_factory=dict)
+    # With "stream": true in the body, the answer is server-sent events.
+    events: bool = False
 
 
 OPERATIONS: dict[Endpoint, Operation] = {
@@ -146,6 +159,63 @@ OPERATIONS: dict[Endpoint, Operation] = {
     ),
     file_batches.get_batch: Operation("Retrieve a file batch", "FileBatch"),
     file_batches.cancel_batch: Operation("Cancel a file batch", "FileBatch"),
+    conversations.create_conversation: Operation(
+        "Create a conversation",
+        "Conversation",
+        "ConversationCreate",
+        body_required=False,
+        returns={"conversation_id": "/id"},
+    ),
+    conversations.list_conversations: Operation(
+        "List conversations, most recently active first (ragd extension)",
+        "ConversationList",
+        query=_paging(),
+    ),
+    conversations.search_history: Operation(
+        "Search the items of every conversation, or of one (ragd extension)",
+        "HistorySearchPage",
+        "HistorySearchRequest",
+    ),
+    conversations.get_conversation: Operation("Retrieve a conversation", "Conversation"),
+    conversations.update_conversation: Operation(
+        "Update a conversation's metadata (or title)", "Conversation", "ConversationUpdate"
+    ),
+    conversations.delete_conversation: Operation(
+        "Delete a conversation with its items", "ConversationDeleted"
+    ),
+    conversations.create_items: Operation(
+        f"Add up to {v.MAX_NEW_ITEMS} items to a conversation",
+        "ItemList",
+        "ItemsCreate",
+        query=[_INCLUDE],
+    ),
+    conversations.list_items: Operation(
+        "List a conversation's items", "ItemList", query=[*_paging(), _INCLUDE]
+    ),
+    conversations.get_item: Operation("Retrieve an item", "Item", query=[_INCLUDE]),
+    conversations.delete_item: Operation(
+        "Delete an item (returns the conversation)", "Conversation"
+    ),
+    responses.create_response: Operation(
+        "Create a model response (file_search over vector stores, history kept)",
+        "Response",
+        "ResponseCreate",
+        returns={"response_id": "/id"},
+        events=True,
+    ),
+    responses.get_response: Operation("Retrieve a response", "Response", query=[_INCLUDE]),
+    responses.delete_response: Operation("Delete a response", "ResponseDeleted"),
+    responses.list_input_items: Operation(
+        "List a response's input items",
+        "ItemList",
+        query=[*_paging(before=False), _INCLUDE],
+    ),
+    chat.chat_completions: Operation(
+        "Chat completion from the chat upstream (recorded with X-Ragd-Conversation)",
+        "ChatCompletion",
+        "ChatCompletionRequest",
+        events=True,
+    ),
 }
 
 _PATH_PARAM = re.compile(r"{(\w+)}")
@@ -164,6 +234,8 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
         success["content"] = _content(spec.response)
     elif endpoint is files.file_content:
         success["content"] = {"application/octet-stream": {"schema": {"type": "string"}}}
+    if spec.events:
+        success["content"]["text/event-stream"] = {"schema": {"type": "string"}}
     operation: Schema = {
         "summary": spec.summary,
         "operationId": f"{method}_{endpoint.__name__}",
@@ -225,11 +297,12 @@ def build_spec(routes: Sequence[BaseRoute]) -> Schema:
         "info": {
             "title": "ragd",
             "version": "0.1.0",
-            "description": "OpenAI-compatible embeddings, files and vector stores. When API "
+            "description": "OpenAI-compatible embeddings, files, vector stores, conversations "
+            "and responses. When API "
             "keys are configured, /v1 and /admin routes need 'Authorization: Bearer <key>'.",
         },
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **CHAT_SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

@@ -17,62 +17,62 @@ def ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
-def _object(required: list[str] | None = None, **properties: Schema) -> Schema:
+def obj(required: list[str] | None = None, **properties: Schema) -> Schema:
     schema: Schema = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
     return schema
 
 
-def _nullable(schema: Schema) -> Schema:
+def nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def _list(item: str) -> Schema:
+def list_of(item: str) -> Schema:
     """OpenAI's list envelope."""
-    return _object(
+    return obj(
         ["object", "data", "first_id", "last_id", "has_more"],
         object={"const": "list"},
         data={"type": "array", "items": ref(item)},
-        first_id=_nullable({"type": "string"}),
-        last_id=_nullable({"type": "string"}),
+        first_id=nullable({"type": "string"}),
+        last_id=nullable({"type": "string"}),
         has_more={"type": "boolean"},
     )
 
 
-_STRING = {"type": "string"}
-_INT = {"type": "integer"}
-_COUNT = {"type": "integer", "minimum": 0}
-_BOOL = {"type": "boolean"}
-_NUMBER = {"type": "number"}
+STRING = {"type": "string"}
+INT = {"type": "integer"}
+COUNT = {"type": "integer", "minimum": 0}
+BOOL = {"type": "boolean"}
+NUMBER = {"type": "number"}
 
-_METADATA = {
+METADATA = {
     "type": "object",
     "maxProperties": v.MAX_METADATA,
     "propertyNames": {"maxLength": v.MAX_KEY_CHARS},
     "additionalProperties": {"type": "string", "maxLength": v.MAX_METADATA_CHARS},
 }
 # What a float64 holds: larger JSON numbers are refused.
-_FINITE = {"type": "number", "minimum": -1.7976931348623157e308, "maximum": 1.7976931348623157e308}
-_ATTRIBUTE = {
+FINITE = {"type": "number", "minimum": -1.7976931348623157e308, "maximum": 1.7976931348623157e308}
+ATTRIBUTE = {
     "oneOf": [
         {"type": "string", "maxLength": v.MAX_ATTRIBUTE_CHARS},
-        _FINITE,
+        FINITE,
         {"type": "boolean"},
     ]
 }
-_ATTRIBUTES = {
+ATTRIBUTES = {
     "type": "object",
     "maxProperties": v.MAX_ATTRIBUTES,
     "propertyNames": {"maxLength": v.MAX_KEY_CHARS},
-    "additionalProperties": _ATTRIBUTE,
+    "additionalProperties": ATTRIBUTE,
 }
-_EXPIRES_AFTER = _object(
+_EXPIRES_AFTER = obj(
     ["anchor", "days"],
     anchor={"const": "last_active_at"},
     days={"type": "integer", "minimum": 1, "maximum": 365},
 )
-_STATIC_CHUNKING = _object(
+_STATIC_CHUNKING = obj(
     ["max_chunk_size_tokens", "chunk_overlap_tokens"],
     max_chunk_size_tokens={
         "type": "integer",
@@ -81,36 +81,36 @@ _STATIC_CHUNKING = _object(
     },
     chunk_overlap_tokens={"type": "integer", "minimum": 0},
 )
-_QUERY = {"type": "string", "pattern": r"\S", "maxLength": v.MAX_QUERY_CHARS}
-_TEXT_PART = _object(["type", "text"], type={"const": "text"}, text=_STRING)
+QUERY = {"type": "string", "pattern": r"\S", "maxLength": v.MAX_QUERY_CHARS}
+TEXT_PART = obj(["type", "text"], type={"const": "text"}, text=STRING)
 
 SCHEMAS: dict[str, Schema] = {
-    "Error": _object(
+    "Error": obj(
         ["error"],
-        error=_object(
+        error=obj(
             ["message", "type", "param", "code"],
-            message=_STRING,
-            type=_STRING,
-            param=_nullable(_STRING),
-            code=_nullable(_STRING),
+            message=STRING,
+            type=STRING,
+            param=nullable(STRING),
+            code=nullable(STRING),
         ),
     ),
-    "Health": _object(["status"], status={"const": "ok"}),
-    "Disk": _object(
+    "Health": obj(["status"], status={"const": "ok"}),
+    "Disk": obj(
         ["free_bytes", "total_bytes", "full"],
-        free_bytes=_COUNT,
-        total_bytes=_COUNT,
-        full={"description": "writes are refused for lack of space"} | _BOOL,
+        free_bytes=COUNT,
+        total_bytes=COUNT,
+        full={"description": "writes are refused for lack of space"} | BOOL,
     ),
-    "Readiness": _object(
+    "Readiness": obj(
         ["status", "embedder", "store"],
         status={"enum": ["ready", "not_ready"]},
-        embedder=_STRING,
-        store=_STRING,
-        disk=_nullable(ref("Disk")),
+        embedder=STRING,
+        store=STRING,
+        disk=nullable(ref("Disk")),
     ),
     # Embeddings and models
-    "EmbeddingRequest": _object(
+    "EmbeddingRequest": obj(
         ["input"],
         input={
             "oneOf": [
@@ -123,172 +123,172 @@ SCHEMAS: dict[str, Schema] = {
                 },
             ]
         },
-        model=_STRING,
+        model=STRING,
         encoding_format={"enum": ["float", "base64"]},
-        dimensions=_INT,
+        dimensions=INT,
         truncate={"description": "ragd extension: embed the first tokens of over-long inputs"}
-        | _BOOL,
+        | BOOL,
     ),
-    "Embedding": _object(
+    "Embedding": obj(
         ["object", "index", "embedding"],
         object={"const": "embedding"},
-        index=_COUNT,
+        index=COUNT,
         embedding={
             "description": "floats, or base64 of little-endian float32 (encoding_format)",
-            "oneOf": [{"type": "array", "items": _NUMBER}, _STRING],
+            "oneOf": [{"type": "array", "items": NUMBER}, STRING],
         },
-        truncated={"description": "ragd extension, with truncate: true"} | _BOOL,
+        truncated={"description": "ragd extension, with truncate: true"} | BOOL,
     ),
-    "EmbeddingList": _object(
+    "EmbeddingList": obj(
         ["object", "data", "model", "usage"],
         object={"const": "list"},
         data={"type": "array", "items": ref("Embedding")},
-        model=_STRING,
-        usage=_object(["prompt_tokens", "total_tokens"], prompt_tokens=_COUNT, total_tokens=_COUNT),
+        model=STRING,
+        usage=obj(["prompt_tokens", "total_tokens"], prompt_tokens=COUNT, total_tokens=COUNT),
     ),
-    "Model": _object(
+    "Model": obj(
         ["id", "object", "created", "owned_by"],
-        id=_STRING,
+        id=STRING,
         object={"const": "model"},
-        created=_INT,
-        owned_by=_STRING,
+        created=INT,
+        owned_by=STRING,
     ),
-    "ModelList": _object(
+    "ModelList": obj(
         ["object", "data"], object={"const": "list"}, data={"type": "array", "items": ref("Model")}
     ),
     # Files
-    "FileUpload": _object(
+    "FileUpload": obj(
         ["file", "purpose"],
         file={"type": "string", "format": "binary"},
         purpose={"enum": list(v.FILE_PURPOSES)},
     ),
-    "File": _object(
+    "File": obj(
         ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
-        id=_STRING,
+        id=STRING,
         object={"const": "file"},
-        bytes=_COUNT,
-        created_at=_INT,
-        filename=_STRING,
-        purpose=_STRING,
-        status=_STRING,
+        bytes=COUNT,
+        created_at=INT,
+        filename=STRING,
+        purpose=STRING,
+        status=STRING,
         status_details={"type": "null"},
         expires_at={"type": "null"},
     ),
-    "FileList": _list("File"),
-    "Deleted": _object(["id", "object", "deleted"], id=_STRING, object=_STRING, deleted=_BOOL),
+    "FileList": list_of("File"),
+    "Deleted": obj(["id", "object", "deleted"], id=STRING, object=STRING, deleted=BOOL),
     # Vector stores
     "ChunkingStrategy": {
         "oneOf": [
-            _object(["type"], type={"const": v.AUTO}),
-            _object(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING),
+            obj(["type"], type={"const": v.AUTO}),
+            obj(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING),
         ]
     },
-    "FileCounts": _object(
+    "FileCounts": obj(
         [*v.FILE_STATUSES, "total"],
-        **{status: _COUNT for status in (*v.FILE_STATUSES, "total")},
+        **{status: COUNT for status in (*v.FILE_STATUSES, "total")},
     ),
-    "VectorStoreCreate": _object(
+    "VectorStoreCreate": obj(
         name={"type": "string", "maxLength": v.MAX_NAME_CHARS},
-        metadata=_METADATA,
-        file_ids={"type": "array", "items": _STRING},
+        metadata=METADATA,
+        file_ids={"type": "array", "items": STRING},
         chunking_strategy=ref("ChunkingStrategy"),
         expires_after=_EXPIRES_AFTER,
     ),
-    "VectorStoreUpdate": _object(
-        name=_nullable({"type": "string", "maxLength": v.MAX_NAME_CHARS}),
-        metadata=_nullable(_METADATA),
-        expires_after=_nullable(_EXPIRES_AFTER),
+    "VectorStoreUpdate": obj(
+        name=nullable({"type": "string", "maxLength": v.MAX_NAME_CHARS}),
+        metadata=nullable(METADATA),
+        expires_after=nullable(_EXPIRES_AFTER),
     ),
-    "VectorStore": _object(
+    "VectorStore": obj(
         ["id", "object", "created_at", "name", "usage_bytes", "file_counts", "status"],
-        id=_STRING,
+        id=STRING,
         object={"const": "vector_store"},
-        created_at=_INT,
-        name=_STRING,
-        usage_bytes=_COUNT,
+        created_at=INT,
+        name=STRING,
+        usage_bytes=COUNT,
         file_counts=ref("FileCounts"),
         status={"enum": ["expired", "in_progress", "completed"]},
-        last_active_at=_nullable(_INT),
-        metadata={"type": "object", "additionalProperties": _STRING},
-        expires_after=_nullable(_EXPIRES_AFTER),
-        expires_at=_nullable(_INT),
+        last_active_at=nullable(INT),
+        metadata={"type": "object", "additionalProperties": STRING},
+        expires_after=nullable(_EXPIRES_AFTER),
+        expires_at=nullable(INT),
         embedding_model={"description": "ragd extension: the model it is indexed with"}
-        | _object(["name", "dimensions"], name=_STRING, dimensions=_INT),
-        chunk_count={"description": "ragd extension: searchable chunks"} | _COUNT,
+        | obj(["name", "dimensions"], name=STRING, dimensions=INT),
+        chunk_count={"description": "ragd extension: searchable chunks"} | COUNT,
         vector_index={
             "description": "ragd extension: how vector searches run: exact (scan), "
             "building (a coarse index is being built) or coarse",
             "enum": list(v.INDEX_KINDS),
         },
     ),
-    "VectorStoreList": _list("VectorStore"),
+    "VectorStoreList": list_of("VectorStore"),
     "VectorStoreFileCreate": {
         "description": "OpenAI's {file_id, attributes, chunking_strategy}; or, as a ragd "
         "extension, {text, filename, attributes, chunking_strategy} or a multipart 'file' "
         "(attributes and chunking_strategy as JSON strings).",
         "anyOf": [{"required": ["file_id"]}, {"required": ["text"]}],
     }
-    | _object(
+    | obj(
         file_id={"type": "string", "minLength": 1},
-        attributes=_ATTRIBUTES,
+        attributes=ATTRIBUTES,
         chunking_strategy=ref("ChunkingStrategy"),
-        text=_STRING,
+        text=STRING,
         filename={"type": "string", "maxLength": v.MAX_FILENAME_CHARS},
     ),
-    "VectorStoreFileUpload": _object(
+    "VectorStoreFileUpload": obj(
         ["file"],
         file={"type": "string", "format": "binary"},
-        attributes={"description": "JSON object"} | _STRING,
-        chunking_strategy={"description": "JSON object"} | _STRING,
+        attributes={"description": "JSON object"} | STRING,
+        chunking_strategy={"description": "JSON object"} | STRING,
     ),
-    "VectorStoreFileUpdate": _object(["attributes"], attributes=_ATTRIBUTES),
-    "VectorStoreFile": _object(
+    "VectorStoreFileUpdate": obj(["attributes"], attributes=ATTRIBUTES),
+    "VectorStoreFile": obj(
         ["id", "object", "usage_bytes", "created_at", "vector_store_id", "status", "last_error"],
-        id=_STRING,
+        id=STRING,
         object={"const": "vector_store.file"},
-        usage_bytes=_COUNT,
-        created_at=_INT,
-        vector_store_id=_STRING,
+        usage_bytes=COUNT,
+        created_at=INT,
+        vector_store_id=STRING,
         status={"enum": list(v.FILE_STATUSES)},
-        last_error=_nullable(
-            _object(["code", "message"], code={"enum": list(v.FILE_ERROR_CODES)}, message=_STRING)
+        last_error=nullable(
+            obj(["code", "message"], code={"enum": list(v.FILE_ERROR_CODES)}, message=STRING)
         ),
-        chunking_strategy=_nullable(
-            _object(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING)
+        chunking_strategy=nullable(
+            obj(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING)
         ),
-        attributes={"type": "object", "additionalProperties": _ATTRIBUTE},
+        attributes={"type": "object", "additionalProperties": ATTRIBUTE},
     ),
-    "VectorStoreFileList": _list("VectorStoreFile"),
-    "VectorStoreFileContent": _object(
+    "VectorStoreFileList": list_of("VectorStoreFile"),
+    "VectorStoreFileContent": obj(
         ["object", "data", "has_more", "next_page"],
         object={"const": "vector_store.file_content.page"},
-        data={"type": "array", "items": _TEXT_PART},
-        has_more=_BOOL,
+        data={"type": "array", "items": TEXT_PART},
+        has_more=BOOL,
         next_page={"type": "null"},
     ),
     "FileBatchCreate": {"oneOf": [{"required": ["file_ids"]}, {"required": ["files"]}]}
-    | _object(
-        file_ids={"type": "array", "items": _STRING, "minItems": 1, "maxItems": v.MAX_BATCH_FILES},
+    | obj(
+        file_ids={"type": "array", "items": STRING, "minItems": 1, "maxItems": v.MAX_BATCH_FILES},
         files={
             "type": "array",
             "minItems": 1,
             "maxItems": v.MAX_BATCH_FILES,
-            "items": _object(
+            "items": obj(
                 ["file_id"],
-                file_id=_STRING,
-                attributes=_ATTRIBUTES,
+                file_id=STRING,
+                attributes=ATTRIBUTES,
                 chunking_strategy=ref("ChunkingStrategy"),
             ),
         },
-        attributes=_ATTRIBUTES,
+        attributes=ATTRIBUTES,
         chunking_strategy=ref("ChunkingStrategy"),
     ),
-    "FileBatch": _object(
+    "FileBatch": obj(
         ["id", "object", "created_at", "vector_store_id", "status", "file_counts"],
-        id=_STRING,
+        id=STRING,
         object={"const": "vector_store.file_batch"},
-        created_at=_INT,
-        vector_store_id=_STRING,
+        created_at=INT,
+        vector_store_id=STRING,
         status={"enum": list(v.BATCH_STATUSES)},
         file_counts=ref("FileCounts"),
     ),
@@ -296,39 +296,39 @@ SCHEMAS: dict[str, Schema] = {
     "Filter": {
         "description": "OpenAI's attribute filters: a comparison, or and/or over filters",
         "oneOf": [
-            _object(
+            obj(
                 ["type", "key", "value"],
                 type={"enum": list(v.FILTER_COMPARISONS)},
                 key={"type": "string", "minLength": 1},
                 value={
                     "oneOf": [
-                        _ATTRIBUTE,
-                        {"type": "array", "minItems": 1, "items": _ATTRIBUTE},
+                        ATTRIBUTE,
+                        {"type": "array", "minItems": 1, "items": ATTRIBUTE},
                     ]
                 },
             ),
-            _object(
+            obj(
                 ["type", "filters"],
                 type={"enum": list(v.FILTER_COMPOUNDS)},
                 filters={"type": "array", "minItems": 1, "items": ref("Filter")},
             ),
         ],
     },
-    "SearchRequest": _object(
+    "SearchRequest": obj(
         ["query"],
         query={
             "oneOf": [
-                _QUERY,
-                {"type": "array", "minItems": 1, "maxItems": v.MAX_SEARCH_QUERIES, "items": _QUERY},
+                QUERY,
+                {"type": "array", "minItems": 1, "maxItems": v.MAX_SEARCH_QUERIES, "items": QUERY},
             ]
         },
         max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},
         filters=ref("Filter"),
-        ranking_options=_object(
+        ranking_options=obj(
             ranker={"enum": list(v.RANKERS)},
             score_threshold={"type": "number", "minimum": 0, "maximum": 1},
         ),
-        rewrite_query=_BOOL,
+        rewrite_query=BOOL,
         mode={
             "description": "ragd extension: vector (embedding KNN), lexical (bm25 over the "
             "chunk text, no embedder needed) or hybrid (reciprocal rank fusion of both)",
@@ -342,20 +342,20 @@ SCHEMAS: dict[str, Schema] = {
             "default": False,
         },
     ),
-    "SearchResult": _object(
+    "SearchResult": obj(
         ["file_id", "filename", "score", "attributes", "content"],
-        file_id=_STRING,
-        filename=_STRING,
+        file_id=STRING,
+        filename=STRING,
         score={"type": "number", "minimum": 0, "maximum": 1},
-        attributes={"type": "object", "additionalProperties": _ATTRIBUTE},
-        content={"type": "array", "items": _TEXT_PART},
+        attributes={"type": "object", "additionalProperties": ATTRIBUTE},
+        content={"type": "array", "items": TEXT_PART},
     ),
-    "SearchPage": _object(
+    "SearchPage": obj(
         ["object", "search_query", "data", "has_more", "next_page"],
         object={"const": "vector_store.search_results.page"},
-        search_query={"type": "array", "items": _STRING},
+        search_query={"type": "array", "items": STRING},
         data={"type": "array", "items": ref("SearchResult")},
-        has_more=_BOOL,
+        has_more=BOOL,
         next_page={"type": "null"},
         mode={
             "description": "ragd extension: the mode that ranked the results",
@@ -368,7 +368,7 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     # Operations
-    "BackupRequest": _object(
+    "BackupRequest": obj(
         path={
             "type": "string",
             "description": "File name inside the store's backup directory (RAGD_BACKUP_DIR); "
@@ -376,84 +376,84 @@ SCHEMAS: dict[str, Schema] = {
             "file a 409.",
         }
     ),
-    "BackupResult": _object(
+    "BackupResult": obj(
         ["path", "bytes", "seconds"],
         path={"type": "string", "description": "absolute, on the store's filesystem"},
-        bytes=_COUNT,
-        seconds=_NUMBER,
+        bytes=COUNT,
+        seconds=NUMBER,
     ),
-    "VacuumResult": _object(
+    "VacuumResult": obj(
         ["bytes_before", "bytes_after", "seconds", "compacted_vector_stores"],
-        bytes_before=_COUNT,
-        bytes_after=_COUNT,
-        seconds=_NUMBER,
-        compacted_vector_stores=_COUNT,
+        bytes_before=COUNT,
+        bytes_after=COUNT,
+        seconds=NUMBER,
+        compacted_vector_stores=COUNT,
     ),
-    "Stats": _object(
+    "Stats": obj(
         ["object", "global", "embedding_cache", "vector_stores"],
         object={"const": "ragd.stats"},
         **{
-            "global": _object(
+            "global": obj(
                 ["schema_version", "db_bytes", "vector_stores", "files", "chunks", "jobs"],
-                schema_version=_INT,
-                db_bytes=_COUNT,
-                wal_bytes=_COUNT,
-                free_bytes=_COUNT,
-                vector_stores=_COUNT,
-                files=_COUNT,
-                file_bytes=_COUNT,
-                chunks=_COUNT,
-                vectors=_COUNT,
-                usage_bytes=_COUNT,
-                jobs=_object(["pending", "leased"], pending=_COUNT, leased=_COUNT),
-                audit_entries=_COUNT,
+                schema_version=INT,
+                db_bytes=COUNT,
+                wal_bytes=COUNT,
+                free_bytes=COUNT,
+                vector_stores=COUNT,
+                files=COUNT,
+                file_bytes=COUNT,
+                chunks=COUNT,
+                vectors=COUNT,
+                usage_bytes=COUNT,
+                jobs=obj(["pending", "leased"], pending=COUNT, leased=COUNT),
+                audit_entries=COUNT,
                 disk=ref("Disk"),
             ),
-            "embedding_cache": _object(
+            "embedding_cache": obj(
                 ["enabled", "entries", "hits", "misses", "hit_rate"],
-                enabled=_BOOL,
-                entries=_COUNT,
-                bytes=_COUNT,
-                max_entries=_COUNT,
-                hits=_COUNT,
-                misses=_COUNT,
+                enabled=BOOL,
+                entries=COUNT,
+                bytes=COUNT,
+                max_entries=COUNT,
+                hits=COUNT,
+                misses=COUNT,
                 hit_rate={"type": "number", "minimum": 0, "maximum": 1},
-                stored=_COUNT,
-                evicted=_COUNT,
+                stored=COUNT,
+                evicted=COUNT,
             ),
             "vector_stores": {
                 "type": "array",
-                "items": _object(
+                "items": obj(
                     ["id", "name", "embedding_model", "files", "chunks", "vectors"],
-                    id=_STRING,
-                    name=_STRING,
-                    embedding_model=_object(["name", "dimensions"], name=_STRING, dimensions=_INT),
-                    files=_COUNT,
-                    chunks=_COUNT,
-                    vectors=_COUNT,
-                    vector_slots=_COUNT,
-                    usage_bytes=_COUNT,
+                    id=STRING,
+                    name=STRING,
+                    embedding_model=obj(["name", "dimensions"], name=STRING, dimensions=INT),
+                    files=COUNT,
+                    chunks=COUNT,
+                    vectors=COUNT,
+                    vector_slots=COUNT,
+                    usage_bytes=COUNT,
                 ),
             },
         },
     ),
-    "AuditEntry": _object(
+    "AuditEntry": obj(
         ["id", "at", "operation", "vector_store_id", "latency_ms", "result_count", "degraded"],
-        id=_INT,
-        at=_NUMBER,
+        id=INT,
+        at=NUMBER,
         operation={"enum": list(v.AUDIT_OPERATIONS)},
-        vector_store_id=_nullable(_STRING),
-        k=_COUNT,
-        latency_ms=_NUMBER,
-        result_count=_COUNT,
-        degraded=_BOOL,
-        detail=_STRING,
+        vector_store_id=nullable(STRING),
+        k=COUNT,
+        latency_ms=NUMBER,
+        result_count=COUNT,
+        degraded=BOOL,
+        detail=STRING,
     ),
-    "AuditList": _object(
+    "AuditList": obj(
         ["object", "data", "has_more", "last_id"],
         object={"const": "list"},
         data={"type": "array", "items": ref("AuditEntry")},
-        has_more=_BOOL,
-        last_id=_nullable(_INT),
+        has_more=BOOL,
+        last_id=nullable(INT),
     ),
 }

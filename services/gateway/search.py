@@ -60,15 +60,7 @@ async def search(
     answer within its deadline. A store that does not answer within its own is a 503 with
     Retry-After: a search should not hang for as long as a stalled store does.
     """
-    mode, vectors = request.mode, None
-    if mode != LEXICAL:
-        try:
-            vectors = await _embed(embedder, request.queries, deadlines.embed)
-        except EMBEDDER_DOWN as error:
-            log.warning(
-                "embedder unavailable (%s): searching %s lexically", error, request.store_id
-            )
-            mode = LEXICAL
+    mode, vectors = await query_vectors(embedder, request.queries, request.mode, deadlines.embed)
     calls = [
         store.Search(_message(request, mode, index, vectors), timeout=deadlines.store)
         for index in range(len(request.queries))
@@ -91,13 +83,27 @@ async def search(
 
 
 @dataclass(frozen=True)
-class _Vectors:
+class QueryVectors:
     model: str
     dimensions: int
     rows: list[bytes]
 
 
-async def _embed(embedder: EmbedderClient, queries: Sequence[str], timeout: float) -> _Vectors:
+async def query_vectors(
+    embedder: EmbedderClient, queries: Sequence[str], mode: str, timeout: float
+) -> tuple[str, QueryVectors | None]:
+    """The mode a search can run in and, unless lexical, its queries' vectors: vector and
+    hybrid searches become lexical when the embedder is down or does not answer in time."""
+    if mode == LEXICAL:
+        return mode, None
+    try:
+        return mode, await _embed(embedder, queries, timeout)
+    except EMBEDDER_DOWN as error:
+        log.warning("embedder unavailable (%s): searching lexically", error)
+        return LEXICAL, None
+
+
+async def _embed(embedder: EmbedderClient, queries: Sequence[str], timeout: float) -> QueryVectors:
     try:
         embedded = await embedder.embed(queries, truncate=False, timeout=timeout, interactive=True)
     except errors.InputTooLong as error:
@@ -109,11 +115,11 @@ async def _embed(embedder: EmbedderClient, queries: Sequence[str], timeout: floa
             code="context_length_exceeded",
         ) from None
     rows = [embedded.vector_bytes(index) for index in range(len(queries))]
-    return _Vectors(embedded.model, embedded.dimensions, rows)
+    return QueryVectors(embedded.model, embedded.dimensions, rows)
 
 
 def _message(
-    request: Search, mode: str, index: int, vectors: _Vectors | None
+    request: Search, mode: str, index: int, vectors: QueryVectors | None
 ) -> store_pb2.SearchRequest:
     message = store_pb2.SearchRequest(
         collection_id=request.store_id,

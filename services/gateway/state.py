@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 
 from services.gateway.attach import Attacher
 from services.gateway.audit import AuditLog
+from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import EmbedderClient, Store
 from services.gateway.config import GatewayConfig
+from services.gateway.history_index import HistoryIndexer
 from services.gateway.worker import IngestWorkers
 
 if TYPE_CHECKING:
@@ -27,3 +29,7 @@ class Services:
     audit: AuditLog
     # The one attach step every door uses.
     attacher: Attacher
+    # The chat model of /v1/responses and /v1/chat/completions; None when not configured.
+    chat: ChatUpstream | None = None
+    # Embeds conversation items in the background (gateways with ingest workers only).
+    history: HistoryIndexer | None = None

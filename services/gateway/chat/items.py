@@ -1,0 +1,181 @@
+"""OpenAI's conversation and response items: read from requests, rendered from the store,
+and turned into the chat messages an upstream model reads. No web framework here.
+
+Items are kept as OpenAI sent them: a message's content parts of any type (text, files,
+images, and types this server does not know) are stored as JSON and given back unchanged;
+only their text reaches the model and the full-text index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.common.vocabulary import ITEM_STATUSES, MAX_ITEM_BYTES, ROLES
+from services.gateway.errors import invalid
+from services.gateway.params import check_text
+from services.pb import store_pb2
+
+# Text part types: what a model reads of a message.
+TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
+# Fields every item has; the rest is its body.
+HEAD = ("id", "type", "role", "status")
+
+
+@dataclass(frozen=True)
+class ChatItem:
+    """An item to store: OpenAI's fields besides id/type/role/status in `body`."""
+
+    type: str
+    role: str = ""
+    status: str = "completed"
+    body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return item_text(self.type, self.body)
+
+    def message(self) -> store_pb2.NewItem:
+        return store_pb2.NewItem(
+            type=self.type,
+            role=self.role,
+            status=self.status,
+            body_json=json.dumps(self.body),
+            text=self.text,
+        )
+
+
+def item_text(kind: str, body: dict[str, Any]) -> str:
+    """The searchable and readable text of an item. A file_search_call has none: ragd's
+    queries are the user's own words, already in the message."""
+    if kind == "message" or kind == "reasoning":
+        parts = [*body.get("summary", []), *body.get("content", [])]
+        return "\n".join(
+            str(part.get("text", "") or part.get("refusal", ""))
+            for part in parts
+            if isinstance(part, dict) and part.get("type") in TEXT_PARTS
+        )
+    if kind == "function_call_output":
+        output = body.get("output", "")
+        return output if isinstance(output, str) else json.dumps(output)
+    return ""
+
+
+def message(role: str, text: str, status: str = "completed") -> ChatItem:
+    part = "output_text" if role == "assistant" else "input_text"
+    content: dict[str, Any] = {"type": part, "text": text}
+    if part == "output_text":
+        content["annotations"] = []
+        content["logprobs"] = []
+    return ChatItem("message", role, status, {"content": [content]})
+
+
+def parse_items(raw: Any, param: str) -> list[ChatItem]:
+    """OpenAI's `input`/`items`: a string (one user message) or an array of items, where a
+    message may carry its content as a string or as parts."""
+    if isinstance(raw, str):
+        return [message("user", check_text(raw, param))]
+    if not isinstance(raw, list) or not raw:
+        raise invalid(f"'{param}' must be a string or a non-empty array of items", param=param)
+    return [_item(entry, f"{param}[{index}]", param) for index, entry in enumerate(raw)]
+
+
+def _item(raw: Any, name: str, param: str) -> ChatItem:
+    if not isinstance(raw, dict):
+        raise invalid(f"'{name}' must be an object", param=param)
+    if len(json.dumps(raw)) > MAX_ITEM_BYTES:
+        raise invalid(f"'{name}' is larger than {MAX_ITEM_BYTES} bytes", param=param)
+    kind = raw.get("type", "message")
+    if not isinstance(kind, str) or not kind:
+        raise invalid(f"'{name}.type' must be a string", param=param)
+    status = raw.get("status") or "completed"
+    if status not in ITEM_STATUSES:
+        raise invalid(f"'{name}.status' must be one of {', '.join(ITEM_STATUSES)}", param=param)
+    body = {key: value for key, value in raw.items() if key not in HEAD}
+    _check_strings(body, name, param)
+    content = body.get("content")
+    if content is not None:
+        _check_content(content, name, param)
+    if kind != "message":
+        return ChatItem(kind, str(raw.get("role") or ""), status, body)
+    role = raw.get("role")
+    if role not in ROLES:
+        raise invalid(f"'{name}.role' must be one of {', '.join(ROLES)}", param=param)
+    if content is None:
+        raise invalid(f"'{name}.content' is required for a message", param=param)
+    if isinstance(content, str):
+        part = "output_text" if role == "assistant" else "input_text"
+        body["content"] = [{"type": part, "text": content}]
+    return ChatItem("message", role, status, body)
+
+
+def _check_content(content: Any, name: str, param: str) -> None:
+    """A string, or parts that each have a type (of any name: unknown ones are kept) and, if
+    they carry `text`, a string there."""
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list) or not all(
+        isinstance(part, dict)
+        and isinstance(part.get("type"), str)
+        and isinstance(part.get("text", ""), str)
+        for part in content
+    ):
+        raise invalid(
+            f"'{name}.content' must be a string or an array of parts, each with a 'type' (and "
+            "a string 'text', if any)",
+            param=param,
+        )
+
+
+def _check_strings(value: Any, name: str, param: str) -> None:
+    """Every string valid Unicode (no lone surrogates), at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            check_text(item, name, param=param)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def render(item: store_pb2.ConversationItem, include_results: bool = True) -> dict[str, Any]:
+    """A stored item as OpenAI's JSON: its body's fields with id, type, role and status."""
+    body: dict[str, Any] = json.loads(item.body_json or "{}")
+    rendered: dict[str, Any] = {"id": item.id, "type": item.type, **body}
+    if item.role:
+        rendered["role"] = item.role
+    rendered["status"] = item.status
+    if item.type == "file_search_call":
+        rendered.setdefault("queries", [])
+        if not include_results:
+            rendered["results"] = None
+        else:
+            rendered.setdefault("results", None)
+    return rendered
+
+
+def stored(item: store_pb2.ConversationItem) -> ChatItem:
+    """A stored item back as a ChatItem (to build a model's context from history)."""
+    return ChatItem(item.type, item.role, item.status, json.loads(item.body_json or "{}"))
+
+
+def chat_messages(items: Sequence[ChatItem]) -> list[dict[str, str]]:
+    """What a chat-completions model reads of the items: their text as role messages.
+
+    Tool items become short notes from the system (the model sees that a search ran and for
+    what); items with no text are left out.
+    """
+    messages = []
+    for item in items:
+        text = item.text.strip()
+        if item.type == "message" and text:
+            role = "system" if item.role == "developer" else item.role
+            messages.append({"role": role, "content": text})
+        elif item.type == "function_call_output" and text:
+            messages.append({"role": "system", "content": f"Tool result: {text}"})
+    return messages

@@ -1,0 +1,60 @@
+"""Writing a finished turn to the store: one RecordResponse, retried for a while when the
+store is down (a kill of the store mid-reply must not lose the turn), and the token usage in
+the Responses API's words."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from services.gateway import errors
+from services.gateway.clients import Store
+from services.pb import store_pb2
+
+log = logging.getLogger(__name__)
+
+# Tries, over about this many seconds, to record a turn the store could not take at once.
+RECORD_SECONDS = 30.0
+# Writes still under way for streams that were cancelled (strong references keep them).
+_PENDING: set[asyncio.Task[None]] = set()
+
+
+async def record(store: Store, request: store_pb2.RecordResponseRequest) -> None:
+    deadline = time.monotonic() + RECORD_SECONDS
+    delay = 0.2
+    while True:
+        try:
+            await store.RecordResponse(request)
+            return
+        except errors.Conflict:
+            return  # an earlier attempt landed, and only its answer was lost
+        except errors.ApiError as error:
+            if not errors.is_transient(error) or time.monotonic() > deadline:
+                log.error("could not record response %s: %s", request.id, error.message)
+                return
+        await asyncio.sleep(delay)
+        delay = min(2.0, delay * 2)
+
+
+def in_background(write: Coroutine[Any, Any, None]) -> None:
+    """Runs a write to its end even though the request that started it is gone."""
+    task = asyncio.create_task(write)
+    _PENDING.add(task)
+    task.add_done_callback(_PENDING.discard)
+
+
+def usage(raw: dict[str, Any]) -> dict[str, Any]:
+    """A chat completion's usage as a response's."""
+    prompt, completion = int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0)
+    reasoning = int((raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
+    cached = int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + completion,
+    }

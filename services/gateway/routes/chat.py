@@ -1,0 +1,49 @@
+"""POST /v1/chat/completions: the operator's chat model, and persistence for the clients
+that name a conversation (X-Ragd-Conversation)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from services.gateway import errors
+from services.gateway.chat import completions
+from services.gateway.params import check_text, json_body
+from services.gateway.routes import services
+from services.gateway.routes.responses import MAX_REQUEST_BYTES, upstream
+from services.gateway.streams import ClosingStream
+from services.pb import store_pb2
+
+CONVERSATION_HEADER = "X-Ragd-Conversation"
+RESPONSE_HEADER = "X-Ragd-Response-Id"
+
+
+async def chat_completions(request: Request) -> Response:
+    deps = services(request)
+    body = await json_body(request, limit=MAX_REQUEST_BYTES)
+    messages = completions.check(body)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
+    chat = upstream(deps)
+    body.setdefault("model", chat.settings.model)
+    turn = None
+    conversation = request.headers.get(CONVERSATION_HEADER, "").strip()
+    if conversation:
+        check_text(conversation, CONVERSATION_HEADER)
+        # Unknown conversations are a 404 before the model is asked anything.
+        await deps.store.GetConversation(store_pb2.ConversationRef(id=conversation))
+        turn = completions.recording(deps.store, conversation, body, messages)
+    headers = {RESPONSE_HEADER: turn.id} if turn else {}
+    if not stream:
+        completion = await completions.complete(chat, body, turn)
+        return JSONResponse(completion, headers=headers)
+    try:
+        reply = await chat.forward(body)
+    except errors.ApiError as error:
+        if turn is not None:
+            await turn.finish_with("failed", {"code": error.code, "message": error.message})
+        raise
+    response = ClosingStream(completions.relay(reply, turn), "text/event-stream")
+    response.headers.update(headers)
+    return response

@@ -1,0 +1,222 @@
+"""Conversations and their items (OpenAI's Conversations API), a list of conversations and a
+search over their history (extensions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from services.common.vocabulary import (
+    HYBRID,
+    MAX_NEW_ITEMS,
+    MAX_QUERY_CHARS,
+    MAX_TITLE_CHARS,
+    SEARCH_MODES,
+)
+from services.gateway import objects
+from services.gateway.chat.items import parse_items, render
+from services.gateway.chat.turn import RESULTS
+from services.gateway.errors import invalid
+from services.gateway.params import (
+    json_body,
+    metadata,
+    optional_int,
+    optional_str,
+    query_choice,
+    query_int,
+    required_str,
+)
+from services.gateway.routes import services
+from services.gateway.routes.vector_stores import DEGRADED_HEADER, DEGRADED_REASON
+from services.gateway.search import query_vectors
+from services.pb import store_pb2
+
+MAX_HISTORY_RESULTS = 100
+
+
+def conversation(item: store_pb2.Conversation) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "object": "conversation",
+        "created_at": item.created_at,
+        "metadata": dict(item.metadata),
+        # Extensions: what a list of conversations shows.
+        "title": item.title or None,
+        "last_active_at": item.last_active_at,
+        "item_count": item.item_count,
+        "turn_count": item.turn_count,
+    }
+
+
+def includes_results(request: Request) -> bool:
+    """OpenAI's `include` query parameter (repeated, or include[]=)."""
+    values = request.query_params.getlist("include") + request.query_params.getlist("include[]")
+    return RESULTS in values
+
+
+def _new_items(body: dict[str, Any], required: bool) -> list[store_pb2.NewItem]:
+    raw = body.get("items")
+    if raw is None and not required:
+        return []
+    if isinstance(raw, list) and len(raw) > MAX_NEW_ITEMS:
+        raise invalid(
+            f"'items' can hold at most {MAX_NEW_ITEMS} items, got {len(raw)}", param="items"
+        )
+    if isinstance(raw, str) or raw is None:
+        raise invalid("'items' must be an array of items", param="items")
+    return [item.message() for item in parse_items(raw, "items")]
+
+
+async def create_conversation(request: Request) -> JSONResponse:
+    body = await json_body(request, required=False)
+    reply = await services(request).store.CreateConversation(
+        store_pb2.CreateConversationRequest(
+            metadata=metadata(body),
+            title=optional_str(body, "title", "", MAX_TITLE_CHARS) or "",
+            items=_new_items(body, required=False),
+        )
+    )
+    _indexed(request)
+    return JSONResponse(conversation(reply.conversation))
+
+
+def _indexed(request: Request) -> None:
+    """New items: the background embedding looks now rather than at its next poll."""
+    history = services(request).history
+    if history is not None:
+        history.wake()
+
+
+async def list_conversations(request: Request) -> JSONResponse:
+    reply = await services(request).store.ListConversations(
+        store_pb2.ListConversationsRequest(
+            limit=query_int(request, "limit", 20, 1, 100),
+            order=query_choice(request, "order", "desc", ("asc", "desc")),
+            after=request.query_params.get("after", ""),
+            before=request.query_params.get("before", ""),
+        )
+    )
+    return JSONResponse(
+        objects.page([conversation(item) for item in reply.conversations], reply.has_more)
+    )
+
+
+async def get_conversation(request: Request) -> JSONResponse:
+    reply = await services(request).store.GetConversation(
+        store_pb2.ConversationRef(id=request.path_params["conversation_id"])
+    )
+    return JSONResponse(conversation(reply))
+
+
+async def update_conversation(request: Request) -> JSONResponse:
+    body = await json_body(request)
+    update = store_pb2.UpdateConversationRequest(id=request.path_params["conversation_id"])
+    if "metadata" in body:
+        update.has_metadata = True
+        update.metadata.update(metadata(body))
+    if "title" in body:
+        update.has_title = True
+        update.title = optional_str(body, "title", "", MAX_TITLE_CHARS) or ""
+    if not (update.has_metadata or update.has_title):
+        raise invalid("send 'metadata' (or 'title') to update", param="metadata")
+    reply = await services(request).store.UpdateConversation(update)
+    return JSONResponse(conversation(reply))
+
+
+async def delete_conversation(request: Request) -> JSONResponse:
+    reply = await services(request).store.DeleteConversation(
+        store_pb2.ConversationRef(id=request.path_params["conversation_id"])
+    )
+    return JSONResponse({"id": reply.id, "object": "conversation.deleted", "deleted": True})
+
+
+async def create_items(request: Request) -> JSONResponse:
+    body = await json_body(request)
+    reply = await services(request).store.AddItems(
+        store_pb2.AddItemsRequest(
+            conversation_id=request.path_params["conversation_id"],
+            items=_new_items(body, required=True),
+        )
+    )
+    _indexed(request)
+    results = includes_results(request)
+    data = [render(item, results) for item in reply.items]
+    return JSONResponse(objects.page(data, False))
+
+
+async def list_items(request: Request) -> JSONResponse:
+    reply = await services(request).store.ListItems(
+        store_pb2.ListItemsRequest(
+            conversation_id=request.path_params["conversation_id"],
+            limit=query_int(request, "limit", 20, 1, 100),
+            order=query_choice(request, "order", "desc", ("asc", "desc")),
+            after=request.query_params.get("after", ""),
+            before=request.query_params.get("before", ""),
+        )
+    )
+    results = includes_results(request)
+    return JSONResponse(objects.page([render(i, results) for i in reply.items], reply.has_more))
+
+
+async def get_item(request: Request) -> JSONResponse:
+    item = await services(request).store.GetItem(
+        store_pb2.ItemRef(
+            conversation_id=request.path_params["conversation_id"],
+            item_id=request.path_params["item_id"],
+        )
+    )
+    return JSONResponse(render(item, includes_results(request)))
+
+
+async def delete_item(request: Request) -> JSONResponse:
+    reply = await services(request).store.DeleteItem(
+        store_pb2.ItemRef(
+            conversation_id=request.path_params["conversation_id"],
+            item_id=request.path_params["item_id"],
+        )
+    )
+    return JSONResponse(conversation(reply))
+
+
+async def search_history(request: Request) -> JSONResponse:
+    """Extension: the items of every conversation (or of one) that best match a query, by
+    words, meaning or both (hybrid, the default: items not embedded yet are found by their
+    words)."""
+    deps = services(request)
+    body = await json_body(request)
+    query = required_str(body, "query", MAX_QUERY_CHARS)
+    if not query.strip():
+        raise invalid("'query' must not be empty", param="query")
+    asked = optional_str(body, "mode", HYBRID) or HYBRID
+    if asked not in SEARCH_MODES:
+        raise invalid(f"'mode' must be one of {', '.join(SEARCH_MODES)}", param="mode")
+    k = optional_int(body, "max_num_results", 10, 1, MAX_HISTORY_RESULTS)
+    mode, vectors = await query_vectors(
+        deps.embedder, [query], asked, deps.config.search_embed_timeout
+    )
+    message = store_pb2.SearchHistoryRequest(
+        query=query, k=k, conversation_id=request.path_params.get("conversation_id", ""), mode=mode
+    )
+    if vectors is not None:
+        message.query_vector, message.model = vectors.rows[0], vectors.model
+    reply = await deps.store.SearchHistory(message, timeout=deps.config.search_store_timeout)
+    data = [
+        {
+            "object": "conversation.search_result",
+            "conversation_id": hit.item.conversation_id,
+            "response_id": hit.item.response_id or None,
+            "position": hit.item.position,
+            "score": round(float(hit.score), 6),
+            "created_at": hit.item.created_at,
+            "item": render(hit.item, include_results=False),
+        }
+        for hit in reply.hits
+    ]
+    page = {"object": "list", "search_query": query, "data": data, "has_more": False}
+    degraded = mode != asked
+    return JSONResponse(
+        {**page, "mode": mode, "degraded": degraded},
+        headers={DEGRADED_HEADER: DEGRADED_REASON} if degraded else None,
+    )

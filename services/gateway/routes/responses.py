@@ -1,0 +1,115 @@
+"""The Responses API: a model turn with file_search over ragd's vector stores and memory of
+the conversation, answered by the operator's chat upstream; stored responses read back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from services.gateway import errors, objects
+from services.gateway.chat.items import render
+from services.gateway.chat.requests import turn_request
+from services.gateway.chat.turn import RESULTS, prepare, response_object
+from services.gateway.chat.upstream import ChatUpstream
+from services.gateway.params import json_body, query_choice, query_int
+from services.gateway.routes import services
+from services.gateway.routes.conversations import includes_results
+from services.gateway.search import Deadlines
+from services.gateway.state import Services
+from services.gateway.streams import ClosingStream, server_sent_events
+from services.pb import store_pb2
+
+# A request's input may carry files and images inline (base64).
+MAX_REQUEST_BYTES = 16 << 20
+
+
+def upstream(deps: Services) -> ChatUpstream:
+    if deps.chat is None:
+        raise errors.NotImplementedHere(
+            "no chat model is configured: set RAGD_CHAT_BASE_URL to an OpenAI-compatible "
+            "endpoint (e.g. http://127.0.0.1:8080/v1; RAGD_CHAT_MODEL names its model). "
+            "Conversations work without one.",
+            code="chat_upstream_not_configured",
+        )
+    return deps.chat
+
+
+async def create_response(request: Request) -> Response:
+    deps = services(request)
+    body = await json_body(request, limit=MAX_REQUEST_BYTES)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
+    asked = turn_request(body, deps.chat.settings.model if deps.chat else "")
+    chat = upstream(deps)
+    config = deps.config
+    turn = await prepare(
+        asked,
+        upstream=chat,
+        embedder=deps.embedder,
+        store=deps.store,
+        deadlines=Deadlines(config.search_embed_timeout, config.search_store_timeout),
+    )
+    if stream:
+        return ClosingStream(server_sent_events(turn.events(stream=True)), "text/event-stream")
+    async for _ in turn.events(stream=False):
+        pass
+    if turn.failure is not None:
+        # The failed response is stored; the client sees the upstream's failure as an error.
+        raise turn.failure
+    return JSONResponse(turn.response())
+
+
+def stored_response(record: store_pb2.ResponseRecord, include: list[str]) -> dict[str, Any]:
+    """A stored response as OpenAI's object; file_search results only if `include` asks
+    (as OpenAI's GET does, whatever the create request asked for)."""
+    settings = json.loads(record.settings_json or "{}")
+    problem = json.loads(record.error_json or "{}") or None
+    return response_object(
+        id=record.id,
+        created_at=record.created_at,
+        status=record.status,
+        model=record.model,
+        settings=settings,
+        previous_response_id=record.previous_response_id,
+        conversation_id=record.conversation_id,
+        outputs=[render(item, RESULTS in include) for item in record.outputs],
+        usage=json.loads(record.usage_json or "{}") or None,
+        error=problem if record.status == "failed" else None,
+        incomplete=problem if record.status == "incomplete" else None,
+    )
+
+
+def _include(request: Request) -> list[str]:
+    return [RESULTS] if includes_results(request) else []
+
+
+async def get_response(request: Request) -> JSONResponse:
+    record = await services(request).store.GetResponse(
+        store_pb2.ResponseRef(id=request.path_params["response_id"])
+    )
+    return JSONResponse(stored_response(record, _include(request)))
+
+
+async def delete_response(request: Request) -> JSONResponse:
+    reply = await services(request).store.DeleteResponse(
+        store_pb2.ResponseRef(id=request.path_params["response_id"])
+    )
+    return JSONResponse({"id": reply.id, "object": "response.deleted", "deleted": True})
+
+
+async def list_input_items(request: Request) -> JSONResponse:
+    reply = await services(request).store.ListResponseInputItems(
+        store_pb2.ListResponseInputItemsRequest(
+            response_id=request.path_params["response_id"],
+            limit=query_int(request, "limit", 20, 1, 100),
+            order=query_choice(request, "order", "desc", ("asc", "desc")),
+            after=request.query_params.get("after", ""),
+        )
+    )
+    results = includes_results(request)
+    data = [render(item, results) for item in reply.items]
+    return JSONResponse(objects.page(data, reply.has_more))
