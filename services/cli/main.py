@@ -17,9 +17,11 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from services.cli import chat as chat_session
 from services.cli import ingest as ingest_run
 from services.cli import render
 from services.cli.walk import collect
+from services.client.chat import ChatClient
 from services.client.errors import ClientError, Conflict, NotFound, Unauthenticated, Unreachable
 from services.client.ingest import IngestClient
 from services.client.rest import DEFAULT_URL, RestClient
@@ -69,6 +71,10 @@ class Settings:
 
     def rest(self) -> RestClient:
         return RestClient(self.url, self.api_key)
+
+    def chat(self) -> ChatClient:
+        # Replies stream for as long as the model writes; this bounds the wait between pieces.
+        return ChatClient(self.url, self.api_key, timeout=300.0)
 
     def ingest(self) -> IngestClient:
         return IngestClient(self.ingest_target, self.api_key)
@@ -281,6 +287,66 @@ def search(
         _print_json(results.raw)
     else:
         render.hits(out, results)
+
+
+@cli.command()
+@click.option("--resume", "resume", metavar="ID|last", help="Continue a conversation.")
+@click.option("--list", "list_recent", is_flag=True, help="Recent conversations, and exit.")
+@click.option("--search", metavar="TEXT", help="Search every conversation, and exit.")
+@click.option(
+    "-n", "--index", "index_name", help="Answer from this index (name or id) with file_search."
+)
+@click.option("--model", help="The model to ask (default: the gateway's RAGD_CHAT_MODEL).")
+@click.option("--system", help="Instructions for the model, for every turn.")
+@click.option("-q", "--question", help="Ask once, print the answer, exit.")
+@click.option(
+    "-k",
+    "k",
+    type=click.IntRange(1, 100),
+    default=10,
+    show_default=True,
+    help="Hits of --search, conversations of --list.",
+)
+@json_option
+@click.pass_obj
+def chat(
+    settings: Settings,
+    resume: str | None,
+    list_recent: bool,
+    search: str | None,
+    index_name: str | None,
+    model: str | None,
+    system: str | None,
+    question: str | None,
+    k: int,
+    as_json: bool,
+) -> None:
+    """Chat with the stack's model; conversations are kept and can be resumed.
+
+    In a session: /clear starts over, /regen asks the last question again, /sources shows
+    what the last answer was given, Ctrl-C stops a reply (kept as incomplete), Ctrl-D leaves.
+    """
+    with settings.chat() as client:
+        if list_recent:
+            recent = client.recent_conversations(limit=k)
+            if as_json:
+                _print_json([c.__dict__ for c in recent])
+            elif not recent:
+                out.print("no conversations yet: start one with `ragd chat`")
+            else:
+                out.print(chat_session.conversations_table(recent))
+            return
+        if search is not None:
+            chat_session.history_hits(out, client, search, k, as_json)
+            return
+        store_id = client.resolve(index_name).id if index_name else None
+        session = chat_session.Session(client, out, model, system, store_id)
+        if resume:
+            chat_session.resume(session, resume)
+        if question is not None:
+            chat_session.once(session, question, as_json)
+        else:
+            chat_session.interactive(session)
 
 
 @cli.group()

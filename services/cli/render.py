@@ -87,7 +87,7 @@ def stats(console: Console, store: VectorStore) -> None:
     console.print(table)
 
 
-def _snippet(text: str) -> str:
+def snippet(text: str) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1].rstrip() + "…"
 
@@ -103,7 +103,7 @@ def hits(console: Console, results: SearchResults) -> None:
         if hit.attributes:
             pairs = ", ".join(f"{k}={v!r}" for k, v in hit.attributes.items())
             console.print(f"    [dim]{escape(pairs)}[/]")
-        console.print(Padding(Text(_snippet(hit.text)), (0, 0, 0, 4), expand=False))
+        console.print(Padding(Text(snippet(hit.text)), (0, 0, 0, 4), expand=False))
     notes = []
     if results.mode:
         notes.append(f"{results.mode} search")

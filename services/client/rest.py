@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -77,7 +77,7 @@ class RestClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> RestClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -100,14 +100,9 @@ class RestClient:
         try:
             reply = self._http.request(method, path, json=json, params=params)
         except httpx.TransportError as error:
-            reason = str(error) or type(error).__name__
-            raise Unreachable(
-                f"cannot reach the ragd gateway at {self.base_url} ({reason}); "
-                "is the stack running (`make run` or `ragd serve all`), and is this its address "
-                "(--url or RAGD_URL)?"
-            ) from None
+            raise unreachable(self.base_url, error) from None
         if reply.status_code >= 400:
-            raise _error(reply, method, path)
+            raise error_from(reply, method, path)
         try:
             return reply.json()
         except ValueError:
@@ -206,7 +201,17 @@ class RestClient:
         return result
 
 
-def _error(reply: httpx.Response, method: str, path: str) -> ClientError:
+def unreachable(base_url: str, error: httpx.TransportError) -> Unreachable:
+    reason = str(error) or type(error).__name__
+    return Unreachable(
+        f"cannot reach the ragd gateway at {base_url} ({reason}); "
+        "is the stack running (`make run` or `ragd serve all`), and is this its address "
+        "(--url or RAGD_URL)?"
+    )
+
+
+def error_from(reply: httpx.Response, method: str, path: str) -> ClientError:
+    """The error an HTTP error reply means, with the server's message."""
     status = reply.status_code
     message, code = "", None
     try:
