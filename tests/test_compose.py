@@ -52,7 +52,7 @@ def module_exists(name: str) -> bool:
 def test_every_service_is_built_from_a_dockerfile_target(
     compose: dict[str, Any], dockerfile_targets: dict[str, list[str]]
 ) -> None:
-    assert set(compose["services"]) == {*SERVICES, "token"}
+    assert set(compose["services"]) == {*SERVICES, "token", "chat"}
     token = compose["services"]["token"]
     assert token["build"]["target"] == "store" and token["restart"] == "no"
     assert shlex.split(token["command"])[:3] == ["python", "-m", "services.secret"]
@@ -63,6 +63,21 @@ def test_every_service_is_built_from_a_dockerfile_target(
         assert command[:2] == ["python", "-m"], command
         assert module_exists(command[2] + ".__main__"), f"{command[2]} has no __main__"
         assert command[2] == f"services.{name}"
+
+
+def test_the_chat_profile_runs_the_local_model_where_the_gateway_looks(
+    compose: dict[str, Any], dockerfile_targets: dict[str, list[str]]
+) -> None:
+    chat = compose["services"]["chat"]
+    assert chat["profiles"] == ["chat"] and chat["restart"] == "unless-stopped"
+    assert dockerfile_targets[chat["build"]["target"]] == ["python", "-m", "services.local_chat"]
+    assert module_exists("services.local_chat")
+    port = chat["environment"]["RAGD_CHAT_LISTEN"].split(":")[-1]
+    gateway = compose["services"]["gateway"]["environment"]
+    assert gateway["RAGD_CHAT_BASE_URL"] == f"${{RAGD_CHAT_BASE_URL:-http://chat:{port}/v1}}"
+    # Optional: the gateway starts without it.
+    assert "chat" not in compose["services"]["gateway"]["depends_on"]
+    assert "ports" not in chat
 
 
 def test_healthchecks_call_the_real_probe(compose: dict[str, Any]) -> None:
@@ -171,7 +186,7 @@ def test_final_images_are_runtime_plus_copies(
     installs = " ".join(line for line in runtime if "apt-get install" in line)
     for tool in ("build-essential", "cmake", "gcc", "-dev", "python3-venv"):
         assert tool not in installs, f"{tool} would ship in every final image"
-    for name in SERVICES:
+    for name in (*SERVICES, "chat"):
         parent, lines = dockerfile_stages[name]
         assert parent == "runtime", name
         assert "USER ragd" in lines, name
