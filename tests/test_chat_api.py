@@ -16,7 +16,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from click.testing import CliRunner, Result
 
+from services.cli.main import cli
 from services.launcher import Stack
 from tests.chat_fixtures import CHAT_CONTEXT, chat_upstream
 from tests.harness import started_stack, wait_ready
@@ -516,3 +518,49 @@ def test_without_an_upstream_responses_say_which_setting_to_set(client: httpx.Cl
     assert chat.status_code == 501
     # Conversations are storage: they work without a model.
     assert client.post("/v1/conversations", json={}).status_code == 200
+
+
+# `ragd chat`
+
+
+def ragd(stack: Stack, *args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(
+        cli, ["--url", stack.gateway_url, "chat", *args], input=input, catch_exceptions=False
+    )
+
+
+def test_ragd_chat_asks_resumes_lists_and_searches(chat_stack: Stack, vector_store: str) -> None:
+    asked = ragd(chat_stack, "-n", vector_store, "-q", QUESTION, "--json")
+    assert asked.exit_code == 0, asked.output
+    response = json.loads(asked.stdout)
+    conversation = response["conversation"]["id"]
+    assert response["output"][0]["type"] == "file_search_call"
+    assert response["output"][0]["results"], "--json asks for the search results"
+    # The index is remembered: the resumed turn searches it again without -n.
+    resumed = ragd(chat_stack, "--resume", conversation, "-q", "Who designed it?")
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resuming {conversation}" in resumed.stdout
+    assert "sources: [1]" in resumed.stdout and "zorblatt.txt" in resumed.stdout
+    listed = ragd(chat_stack, "--list", "--json", "-k", "100")
+    [mine] = [row for row in json.loads(listed.stdout) if row["id"] == conversation]
+    assert mine["turn_count"] == 2 and mine["title"] == QUESTION
+    table = ragd(chat_stack, "--list")
+    assert conversation in table.stdout and "TURNS" in table.stdout
+    found = ragd(chat_stack, "--search", "Zorblatt", "--json", "-k", "100")
+    assert conversation in {hit["conversation_id"] for hit in json.loads(found.stdout)}
+    missing = ragd(chat_stack, "--resume", "conv_nosuch", "-q", "hi")
+    assert missing.exit_code != 0 and "conv_nosuch" in missing.output
+
+
+def test_ragd_chat_session_commands(chat_stack: Stack, http: httpx.Client) -> None:
+    session = ragd(chat_stack, input="Say hello.\n/sources\n/regen\n/bogus\n/quit\n")
+    assert session.exit_code == 0, session.output
+    out = session.stdout
+    assert "assistant>" in out and "no sources: this answer searched nothing" in out
+    assert "asking again: Say hello." in out and "unknown command /bogus" in out
+    conversation = out.rsplit("ragd chat --resume ", 1)[1].split()[0]
+    # /regen replaced the first exchange: one question, one answer.
+    items = http.get(f"/v1/conversations/{conversation}/items", params={"order": "asc"}).json()
+    assert [item["role"] for item in items["data"]] == ["user", "assistant"], items
+    # The answer may be cut at the test's reply limit: the CLI does not set a temperature.
+    assert items["data"][1]["status"] in ("completed", "incomplete")

@@ -120,8 +120,10 @@ def _vector(
 
 def _fuse(vector: Sequence[ItemHit], lexical: Sequence[ItemHit], k: int) -> list[ItemHit]:
     by_id = {hit.item.id: hit for hit in [*lexical, *vector]}
+    # Lexical first, so that ties go to the words: people search their history for what they
+    # remember saying, and an item not yet embedded is in the lexical list only.
     fused = reciprocal_rank_fusion(
-        [[hit.item.id for hit in vector], [hit.item.id for hit in lexical]]
+        [[hit.item.id for hit in lexical], [hit.item.id for hit in vector]]
     )
     if not fused:
         return []
