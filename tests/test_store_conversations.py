@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import apsw
 import numpy as np
@@ -206,3 +207,29 @@ def test_history_is_searched_by_meaning_once_its_vectors_are_in(repo: Repository
 def test_bad_arguments_are_refused(repo: Repository, call: object, error: str) -> None:
     with pytest.raises(InvalidArgument, match=error):
         call(repo)  # type: ignore[operator]
+
+
+def test_backups_and_vacuum_keep_conversations_whole(repo: Repository) -> None:
+    kept, _ = repo.create_conversation(items=[message("user", "lighthouse keepers")])
+    repo.record_response(turn("resp_ffffffffffff", "who keeps it", "Ada", conversation_id=kept.id))
+    [pending] = repo.pending_item_texts("m", after=0, limit=10)[:1]
+    repo.put_item_vectors("m", 3, [pending.key], unit(1, 0, 0))
+    dropped, _ = repo.create_conversation(items=[message("user", "to be deleted")])
+    repo.delete_conversation(dropped.id)
+    before = repo.vacuum()
+    assert before.bytes_before > 0
+    assert repo.get_conversation(kept.id).item_count == 4
+    copy = repo.backup("conversations.db")
+    restored = Repository(copy.path, clock=time.time)
+    try:
+        conversation = restored.get_conversation(kept.id)
+        assert (conversation.item_count, conversation.turn_count) == (4, 2)
+        assert restored.get_response("resp_ffffffffffff").status == "completed"
+        hits = restored.search_history("lighthouse", 5)
+        assert [hit.item.conversation_id for hit in hits] == [kept.id]
+        found = restored.search_history("x", 5, mode="vector", vector=unit(1, 0, 0), model="m")
+        assert [hit.item.conversation_id for hit in found] == [kept.id]
+        assert restored.search_history("deleted", 5) == []
+    finally:
+        restored.close()
+    check_invariants(copy.path)
