@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bench.processes import ROOT
 
-SCENARIOS = ("embedding", "ingest", "search", "footprint", "gateway", "contention")
+SCENARIOS = ("embedding", "ingest", "search", "footprint", "gateway", "contention", "chat")
 RESULTS_DIR = ROOT / "bench" / "results"
 
 

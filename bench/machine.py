@@ -31,7 +31,7 @@ _THREAD_VARS = (
 )
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text().splitlines():
@@ -51,7 +51,7 @@ def describe(threads: int) -> dict[str, Any]:
     import apsw
 
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": len(os.sched_getaffinity(0)),
         "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
         "os": f"{platform.system()} {platform.release()}",

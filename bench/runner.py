@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import contention, embedding, footprint, gateway, ingest, machine, report, search
+from bench import chat, contention, embedding, footprint, gateway, ingest, machine, report, search
 from bench.config import BenchConfig, parse, run_dir
 from bench.context import Context
 from bench.corpus import Corpus
@@ -25,6 +25,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "footprint": footprint.run,
     "gateway": gateway.run,
     "contention": contention.run,
+    "chat": chat.run,
 }
 
 
@@ -78,11 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "table.md").write_text(section)
     print(section)
     print(f"\nresults: {out}/ (results.json, chart.png, table.md)")
-    if config.publish:
+    if config.publish and set(config.scenarios) == set(SCENARIOS):
         report.publish(
             ROOT / "BENCHMARKS.md", out / "chart.png", ROOT / "bench" / "latest.png", section
         )
         print("published: BENCHMARKS.md, bench/latest.png")
+    elif config.publish:
+        # A partial run keeps the full run's table: it gets a section of its own.
+        name = "-".join(config.scenarios)
+        chartless = _section(title, command, about, markdown, elapsed, failed, chart=False)
+        report.publish_section(ROOT / "BENCHMARKS.md", name, chartless)
+        print(f"published: BENCHMARKS.md, section {name}")
     return 1 if failed else 0
 
 
@@ -93,6 +100,7 @@ def _section(
     markdown: str,
     elapsed: float,
     failed: list[str],
+    chart: bool = True,
 ) -> str:
     lines = [
         f"## {title}",
@@ -102,9 +110,9 @@ def _section(
         f"Machine: {machine.summary(about)}.",
         "",
         markdown,
-        "",
-        "![benchmark chart](bench/latest.png)",
     ]
+    if chart:
+        lines += ["", "![benchmark chart](bench/latest.png)"]
     if failed:
         lines += ["", f"**Failed scenarios:** {', '.join(failed)} (see the log)."]
     return "\n".join(lines) + "\n"
