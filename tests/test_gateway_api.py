@@ -85,6 +85,35 @@ def test_model_name_is_checked(client: httpx.Client) -> None:
     assert "all-MiniLM-L6-v2" in error["message"]
 
 
+def test_a_vector_store_names_its_model_or_is_refused(client: httpx.Client) -> None:
+    """`embedding_model` used to be ignored: a store asked for another model came out on the
+    served one without a word."""
+    accepted: list[Any] = ["all-minilm-l6-v2", {"name": "all-MiniLM-L6-v2", "dimensions": 384}]
+    for model in accepted:
+        made = client.post("/v1/vector_stores", json={"embedding_model": model})
+        assert made.status_code == 200, made.text
+        assert made.json()["embedding_model"] == {"name": "all-MiniLM-L6-v2", "dimensions": 384}
+    before = client.get("/v1/vector_stores", params={"limit": 100}).json()["data"]
+    refused: list[tuple[Any, str]] = [
+        (
+            "bge-small-en-v1.5",
+            "'bge-small-en-v1.5' is not served here; this server embeds with 'all-MiniLM-L6-v2'",
+        ),
+        ({"name": "all-MiniLM-L6-v2", "dimensions": 256}, "must be 384 for all-MiniLM-L6-v2"),
+        ({"model": "x"}, "takes 'name' and 'dimensions'"),
+        (7, "must be a model name"),
+    ]
+    for model, words in refused:
+        error = assert_error(
+            client.post("/v1/vector_stores", json={"name": "refused", "embedding_model": model}),
+            400,
+            "embedding_model",
+        )
+        assert words in error["message"], error
+    # Nothing was made on the way.
+    assert client.get("/v1/vector_stores", params={"limit": 100}).json()["data"] == before
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [

@@ -193,6 +193,14 @@ SCHEMAS: dict[str, Schema] = {
         file_ids={"type": "array", "items": STRING},
         chunking_strategy=ref("ChunkingStrategy"),
         expires_after=_EXPIRES_AFTER,
+        embedding_model={
+            "description": "ragd extension: the model to index with, by name or as the "
+            "vector store shows it; one the server serves (GET /v1/models), else a 400",
+            "oneOf": [
+                {"type": "string", "minLength": 1},
+                obj(["name"], name={"type": "string", "minLength": 1}, dimensions=INT),
+            ],
+        },
     ),
     "VectorStoreUpdate": obj(
         name=nullable({"type": "string", "maxLength": v.MAX_NAME_CHARS}),

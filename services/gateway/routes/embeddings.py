@@ -11,7 +11,8 @@ from starlette.responses import JSONResponse
 
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
 from services.gateway.clients import EmbedderClient, ModelInfo
-from services.gateway.errors import InvalidRequest, NotFound, invalid
+from services.gateway.errors import InvalidRequest, invalid
+from services.gateway.models import check_embeddings_model
 from services.gateway.params import json_body, optional_str
 from services.gateway.routes import services
 
@@ -50,16 +51,6 @@ def _inputs(body: dict[str, Any]) -> list[str]:
     return items
 
 
-def check_model(requested: str | None, served: ModelInfo) -> None:
-    if requested is not None and requested.lower() != served.name.lower():
-        raise NotFound(
-            f"the model '{requested}' is not served here; this server embeds with "
-            f"'{served.name}' (see GET /v1/models)",
-            param="model",
-            code="model_not_found",
-        )
-
-
 # 2048 inputs of a few KiB each, JSON-escaped.
 MAX_BODY_BYTES = 16 << 20
 
@@ -91,7 +82,7 @@ async def embeddings(request: Request) -> JSONResponse:
     if encoding not in ("float", "base64"):
         raise invalid("'encoding_format' must be 'float' or 'base64'", param="encoding_format")
     info = await deps.embedder.info()
-    check_model(optional_str(body, "model"), info)
+    check_embeddings_model(optional_str(body, "model"), info)
     dimensions = body.get("dimensions")
     if dimensions is not None and dimensions != info.dimensions:
         raise invalid(

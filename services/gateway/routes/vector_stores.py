@@ -23,6 +23,7 @@ from services.gateway.attributes import attributes_python
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
+from services.gateway.models import check_store_model
 from services.gateway.params import (
     json_body,
     metadata,
@@ -65,6 +66,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
     if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
         raise invalid("'file_ids' must be an array of file ids", param="file_ids")
     model = await deps.embedder.info()
+    check_store_model(body.get("embedding_model"), model)
     chunking = resolve_chunking(body.get("chunking_strategy"), model)
     collection = await deps.store.CreateCollection(
         store_pb2.CreateCollectionRequest(
