@@ -36,7 +36,12 @@ def test_health_and_ready(client: httpx.Client) -> None:
     assert ready.status_code == 200
     body = ready.json()
     disk = body.pop("disk")
-    assert body == {"status": "ready", "embedder": "SERVING", "store": "SERVING"}
+    assert body == {
+        "status": "ready",
+        "embedder": "SERVING",
+        "store": "SERVING",
+        "unserved_models": [],
+    }
     assert disk["full"] is False and 0 < disk["free_bytes"] <= disk["total_bytes"]
 
 

@@ -227,3 +227,13 @@ def test_a_store_of_another_model_is_a_400_naming_both(
     # The refused upload left no file behind, and the store stayed empty.
     assert len(ok(api.get("/v1/files?limit=100"))["data"]) == files_before
     assert ok(api.get(f"/v1/vector_stores/{other.id}"))["file_counts"]["total"] == 0
+    # Readiness names the stores no embedder here can serve; the stack stays ready.
+    ready = api.get("/ready")
+    assert ready.status_code == 200
+    [unserved] = ready.json()["unserved_models"]
+    assert unserved == {
+        "model": "other-model",
+        "dimensions": 384,
+        "vector_stores": 1,
+        "sample_ids": [other.id],
+    }

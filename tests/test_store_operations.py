@@ -346,6 +346,18 @@ def test_attaching_to_a_store_of_another_model_is_refused(repo: Repository) -> N
     )
 
 
+def test_the_status_counts_the_models_in_use(repo: Repository) -> None:
+    assert repo.status().models == []
+    first = [repo.create_collection(f"m{n}", MODEL, DIMS).id for n in range(7)]
+    other = repo.create_collection("other", "other-model", 576).id
+    models = repo.status().models
+    assert [(use.model, use.dimensions, use.vector_stores) for use in models] == [
+        (MODEL, DIMS, 7),
+        ("other-model", 576, 1),
+    ]
+    assert models[0].sample_ids == first[:5] and models[1].sample_ids == [other]
+
+
 # Readers while writers run
 
 

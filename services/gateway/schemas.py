@@ -108,6 +108,18 @@ SCHEMAS: dict[str, Schema] = {
         embedder=STRING,
         store=STRING,
         disk=nullable(ref("Disk")),
+        unserved_models={
+            "description": "vector stores indexed with a model the embedders do not serve "
+            "(their searches and uploads are refused); shown when both services are up",
+            "type": "array",
+            "items": obj(
+                ["model", "dimensions", "vector_stores", "sample_ids"],
+                model=STRING,
+                dimensions=INT,
+                vector_stores=COUNT,
+                sample_ids={"type": "array", "items": STRING, "maxItems": 5},
+            ),
+        },
     ),
     # Embeddings and models
     "EmbeddingRequest": obj(

@@ -13,7 +13,7 @@ from services.common.vocabulary import FILE_STATUSES
 from services.store import vector_index
 from services.store.db import atomic, try_write
 from services.store.errors import CollectionNotFound, InvalidArgument
-from services.store.records import Collection, FileCounts, Page
+from services.store.records import Collection, FileCounts, ModelUse, Page
 
 # sqlite-vec's limit on a vector column.
 MAX_DIMENSIONS = 8192
@@ -260,3 +260,28 @@ def delete(conn: apsw.Connection, collection_id: str) -> None:
         conn.execute("DELETE FROM file_batches WHERE collection_id = ?", (key,))
         conn.execute("DELETE FROM collections WHERE id = ?", (key,))
         vector_index.drop_tables(conn, key)
+
+
+# Vector stores named per model in a status: enough to find them, bounded for a health probe.
+MODEL_SAMPLE_IDS = 5
+
+
+def models_in_use(conn: apsw.Connection) -> list[ModelUse]:
+    """The (model, dimensions) pairs the vector stores are indexed with, with how many stores
+    each and the ids of the oldest few."""
+    with atomic(conn, write=False):
+        groups: list[Any] = conn.execute(
+            "SELECT model, dimensions, count(*) FROM collections GROUP BY model, dimensions"
+            " ORDER BY count(*) DESC, model"
+        ).fetchall()
+        uses = []
+        for model, dimensions, count in groups:
+            ids = conn.execute(
+                "SELECT public_id FROM collections WHERE model = ? AND dimensions = ?"
+                " ORDER BY id LIMIT ?",
+                (model, dimensions, MODEL_SAMPLE_IDS),
+            ).fetchall()
+            uses.append(
+                ModelUse(str(model), int(dimensions), int(count), [str(row[0]) for row in ids])
+            )
+    return uses

@@ -276,12 +276,23 @@ class DatabaseStats:
 
 
 @dataclass(frozen=True)
+class ModelUse:
+    """Vector stores indexed with one model: how many, and the ids of the oldest few."""
+
+    model: str
+    dimensions: int
+    vector_stores: int
+    sample_ids: list[str]
+
+
+@dataclass(frozen=True)
 class StoreStatus:
     schema_version: int
     disk_free_bytes: int
     disk_total_bytes: int
     # A write failed for lack of space and the disk has not had room since.
     storage_full: bool
+    models: list[ModelUse] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

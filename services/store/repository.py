@@ -525,6 +525,7 @@ class Repository:
             disk_free_bytes=usage.free_bytes,
             disk_total_bytes=usage.total_bytes,
             storage_full=self.disk.full,
+            models=catalog.models_in_use(self._conn()),
         )
 
     @contextmanager

@@ -8,8 +8,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.gateway.clients import check_health
+from services.gateway.clients import ModelInfo, check_health
 from services.gateway.errors import ApiError
+from services.gateway.models import unknown_model
 from services.gateway.routes import services
 from services.pb import store_pb2
 
@@ -38,7 +39,27 @@ async def ready(request: Request) -> JSONResponse:
             body["disk"] = disk(status)
         except ApiError:
             body["disk"] = None
+        else:
+            if embedder == "SERVING":
+                served = await deps.embedder.info(timeout=2.0)
+                body["unserved_models"] = unserved_models(status, served)
     return JSONResponse(body, status_code=200 if is_ready else 503)
+
+
+def unserved_models(status: store_pb2.StoreStatus, served: ModelInfo) -> list[dict[str, Any]]:
+    """Vector stores indexed with a model this gateway's embedders do not serve: their
+    searches and uploads are refused with a 400 naming both models. The stack is still
+    ready: every other store works."""
+    return [
+        {
+            "model": use.model,
+            "dimensions": use.dimensions,
+            "vector_stores": use.vector_stores,
+            "sample_ids": list(use.sample_ids),
+        }
+        for use in status.models
+        if unknown_model(use.model, served) or use.dimensions != served.dimensions
+    ]
 
 
 def disk(status: store_pb2.StoreStatus) -> dict[str, Any]:

@@ -254,6 +254,15 @@ def status_message(status: StoreStatus) -> pb.StoreStatus:
         disk_free_bytes=status.disk_free_bytes,
         disk_total_bytes=status.disk_total_bytes,
         storage_full=status.storage_full,
+        models=[
+            pb.ModelUse(
+                model=use.model,
+                dimensions=use.dimensions,
+                vector_stores=use.vector_stores,
+                sample_ids=use.sample_ids,
+            )
+            for use in status.models
+        ],
     )
 
 
