@@ -29,6 +29,18 @@ RAGD_EMBEDDER_DRAIN_SECONDS on SIGTERM, how long to report NOT_SERVING while sti
 RAGD_EMBEDDER_MAX_CONNECTION_AGE  seconds after which clients are asked (GOAWAY) to reconnect,
                             which makes DNS-resolving clients discover new replicas (default
                             300; 0: never).
+RAGD_EMBEDDER_UPSTREAM_URL  embed with an OpenAI-compatible endpoint instead of a local GGUF
+                            (up to /v1, e.g. http://127.0.0.1:8080/v1); the settings below then
+                            apply and RAGD_MODEL_PATH is not read:
+  RAGD_EMBEDDER_UPSTREAM_MODEL       the `model` to ask for (required)
+  RAGD_EMBEDDER_UPSTREAM_API_KEY[_FILE]  sent as Authorization: Bearer (never logged)
+  RAGD_EMBEDDER_UPSTREAM_DIMENSIONS  the width every answer must have (default: the width of
+                                     a probe at start-up)
+  RAGD_EMBEDDER_UPSTREAM_MAX_TOKENS  the model's context in tokens (default 512)
+  RAGD_EMBEDDER_UPSTREAM_BATCH       inputs per upstream request (default 32)
+  RAGD_EMBEDDER_UPSTREAM_TIMEOUT     seconds per upstream request (default 30)
+  RAGD_EMBEDDER_TOKENIZER            a tokenizer.json to count tokens with, when the upstream
+                                     has no tokenize endpoint (else 3 characters a token)
 RAGD_SERVICE_TOKEN[_FILE]   a token callers must send (authorization: Bearer); unset: none.
 RAGD_TLS_CERT, _KEY, _CA    serve TLS with this certificate; with a CA, require client
                             certificates it signed (mutual TLS).
@@ -44,6 +56,7 @@ from pathlib import Path
 
 from services.common.config import ConfigError, Env
 from services.common.security import TlsFiles, service_token
+from services.embedder.remote import UpstreamSettings
 
 _POLICIES = ("reject", "truncate")
 
@@ -72,6 +85,8 @@ class EmbedderConfig:
     service_token: str | None = None
     # Serve TLS (RAGD_TLS_CERT/KEY), requiring client certificates of RAGD_TLS_CA if set.
     tls: TlsFiles | None = None
+    # Embed with an OpenAI-compatible endpoint instead of model_path.
+    upstream: UpstreamSettings | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EmbedderConfig:
@@ -104,13 +119,39 @@ class EmbedderConfig:
             log_level=env.str("LOG_LEVEL", cls.log_level),
             service_token=service_token(env),
             tls=TlsFiles.from_env(env),
+            upstream=_upstream(env),
         )
-        if not config.model_path.is_file():
+        if config.upstream is None and not config.model_path.is_file():
             raise ConfigError(
                 f"model file {config.model_path} not found: run `make model` to create it, "
                 "or set RAGD_MODEL_PATH to a GGUF embedding model"
             )
         return config
+
+
+def _upstream(env: Env) -> UpstreamSettings | None:
+    url = env.optional("EMBEDDER_UPSTREAM_URL")
+    if not url:
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"RAGD_EMBEDDER_UPSTREAM_URL must be an http(s) URL, got {url!r}")
+    model = env.optional("EMBEDDER_UPSTREAM_MODEL")
+    if not model:
+        raise ConfigError("RAGD_EMBEDDER_UPSTREAM_URL needs RAGD_EMBEDDER_UPSTREAM_MODEL")
+    tokenizer = env.optional("EMBEDDER_TOKENIZER")
+    if tokenizer and not Path(tokenizer).is_file():
+        raise ConfigError(f"RAGD_EMBEDDER_TOKENIZER {tokenizer} is not a file")
+    timeout = _duration(env, "EMBEDDER_UPSTREAM_TIMEOUT", UpstreamSettings.timeout)
+    return UpstreamSettings(
+        base_url=url,
+        model=model,
+        api_key=env.secret("EMBEDDER_UPSTREAM_API_KEY"),
+        dimensions=env.int("EMBEDDER_UPSTREAM_DIMENSIONS", 0, minimum=0),
+        max_input_tokens=env.int("EMBEDDER_UPSTREAM_MAX_TOKENS", 512, minimum=2),
+        batch_inputs=env.int("EMBEDDER_UPSTREAM_BATCH", 32, minimum=1),
+        timeout=timeout if timeout > 0 else UpstreamSettings.timeout,
+        tokenizer_path=Path(tokenizer) if tokenizer else None,
+    )
 
 
 def _duration(env: Env, name: str, default: float) -> float:

@@ -47,3 +47,12 @@ class InvalidInput(EmbedderError):
 
 class ModelLoadError(Exception):
     """The GGUF file cannot be served (missing, unreadable, or not a sentence-embedding model)."""
+
+
+class UpstreamError(Exception):
+    """The embedding upstream failed (remote.py). `transient`: down, slow, 429 or 5xx, worth
+    retrying like a dead replica; else it refused for good (a bad key, a wrong width)."""
+
+    def __init__(self, message: str, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient

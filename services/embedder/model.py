@@ -27,9 +27,8 @@ import llama_cpp
 import numpy as np
 
 from services.common.vectors import FloatMatrix
+from services.embedder.backend import ModelInfo, Prepared, prepare_inputs
 from services.embedder.errors import (
-    EmptyInput,
-    InputTooLong,
     InvalidInput,
     ModelLoadError,
 )
@@ -44,30 +43,6 @@ _POOLING_NAMES = {
 }
 # Written by ragd-model (services/embedder/convert.py): the reference's truncation length.
 _KEY_MAX_INPUT_TOKENS = "ragd.max_input_tokens"
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    dimensions: int
-    # Longest input in tokens, [CLS] and [SEP] included.
-    max_input_tokens: int
-    pooling: str
-    normalized: bool
-    # sha256 of the GGUF file.
-    digest: str
-    # Most tokens / inputs in one forward pass.
-    max_batch_tokens: int
-    max_batch_inputs: int
-    # Tokens the model adds to every text ([CLS] and [SEP] for BERT).
-    special_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class Prepared:
-    # Token ids per input, truncated when allowed, [CLS] and [SEP] included.
-    inputs: list[list[int]]
-    truncated: list[bool]
 
 
 @dataclass(frozen=True)
@@ -220,24 +195,13 @@ class EmbeddingModel:
 
         Only reads the vocabulary, so it may run on another thread while `forward` runs.
         """
-        if not texts:
-            raise EmptyInput()
-        for index, text in enumerate(texts):
-            if text == "":
-                raise EmptyInput(index)
-        limit = self.info.max_input_tokens
-        inputs: list[list[int]] = []
-        truncated: list[bool] = []
-        for index, text in enumerate(texts):
-            ids = self._tokenize(index, text)
-            too_long = len(ids) > limit
-            if too_long:
-                if not truncate:
-                    raise InputTooLong(index, len(ids), limit)
-                ids = ids[: limit - 1] + ids[-1:]
-            inputs.append(ids)
-            truncated.append(too_long)
-        return Prepared(inputs, truncated)
+        return prepare_inputs(
+            texts,
+            truncate,
+            self.info.max_input_tokens,
+            self._tokenize,
+            lambda ids, limit: ids[: limit - 1] + ids[-1:],
+        )
 
     def embed(self, texts: Sequence[str], truncate: bool = False) -> EmbedResult:
         """Unit vectors for `texts`, in order, in as few passes as the limits allow.

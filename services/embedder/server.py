@@ -31,6 +31,7 @@ from services.embedder.batcher import Batcher, BatchLimits
 from services.embedder.config import EmbedderConfig
 from services.embedder.errors import ModelLoadError
 from services.embedder.model import EmbeddingModel
+from services.embedder.remote import UpstreamModel, UpstreamSettings
 from services.embedder.servicer import EmbedderServicer
 from services.pb import embedder_pb2, embedder_pb2_grpc
 
@@ -101,7 +102,7 @@ async def create_server(
 class Lane:
     """A model context with its own thread and batcher."""
 
-    model: EmbeddingModel
+    model: EmbeddingModel | UpstreamModel
     executor: ThreadPoolExecutor
     batcher: Batcher
     # Closed on release: the server loaded it.
@@ -110,8 +111,44 @@ class Lane:
     async def close(self) -> None:
         await self.batcher.close()
         self.executor.shutdown(wait=True)
-        if self.owned:
+        if isinstance(self.model, UpstreamModel):
+            await self.model.aclose()
+        elif self.owned:
             self.model.close()
+
+
+async def _upstream_lane(config: EmbedderConfig, settings: UpstreamSettings) -> Lane:
+    """The batcher in front of an OpenAI-compatible endpoint: its passes are HTTP requests,
+    so no model thread; the executor only serves the start-up probe."""
+    loop = asyncio.get_running_loop()
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder-upstream")
+    try:
+        model = await loop.run_in_executor(executor, UpstreamModel, settings)
+    except BaseException:
+        executor.shutdown(wait=True)
+        raise
+    info = model.info
+    log.info(
+        "embedding with %s at %s: %d dims, at most %d tokens per input (tokens counted by %s), "
+        "%d inputs per request",
+        info.name,
+        settings.base_url,
+        info.dimensions,
+        info.max_input_tokens,
+        info.tokenizer,
+        info.max_batch_inputs,
+    )
+    batcher = Batcher(
+        model.embed_async,
+        BatchLimits(
+            max_tokens=info.max_batch_tokens,
+            max_inputs=info.max_batch_inputs,
+            max_wait=config.max_wait_ms / 1000,
+            max_queued_tokens=config.queue_tokens,
+        ),
+        info.dimensions,
+    )
+    return Lane(model, executor, batcher, owned=True)
 
 
 def _lower_priority(nice: int) -> None:
@@ -176,14 +213,19 @@ async def _start(
     lanes: list[Lane] = []
     try:
         laned = config.interactive_threads > 0 and (model is None or interactive is not None)
-        bulk = await _open_lane(
-            config,
-            model,
-            "model",
-            config.threads,
-            config.queue_tokens,
-            nice=config.bulk_nice if laned else 0,
-        )
+        if config.upstream is not None:
+            # The upstream does the work: a second lane would only split its queue.
+            laned = False
+            bulk = await _upstream_lane(config, config.upstream)
+        else:
+            bulk = await _open_lane(
+                config,
+                model,
+                "model",
+                config.threads,
+                config.queue_tokens,
+                nice=config.bulk_nice if laned else 0,
+            )
         lanes.append(bulk)
         fast: Lane | None = None
         if laned:

@@ -13,9 +13,9 @@ import grpc
 
 from services.common.grpc_server import Context
 from services.common.vectors import FloatMatrix, to_bytes
+from services.embedder.backend import Backend
 from services.embedder.batcher import Batcher, QueueFull
-from services.embedder.errors import EmbedderError, InputTooLong, InvalidInput
-from services.embedder.model import EmbeddingModel
+from services.embedder.errors import EmbedderError, InputTooLong, InvalidInput, UpstreamError
 from services.pb import embedder_pb2 as pb
 from services.pb import embedder_pb2_grpc
 
@@ -29,6 +29,7 @@ _INLINE_BYTES = 64 * 1024
 # Lets a client tell an over-long input from other invalid input without parsing the message.
 REASON_KEY = "ragd-reason"
 INPUT_TOO_LONG = "input-too-long"
+UPSTREAM = "upstream"
 INPUT_KEY = "ragd-input"
 
 
@@ -46,10 +47,23 @@ def decode_texts(texts: Sequence[bytes]) -> list[str]:
     return decoded
 
 
+async def abort_upstream(context: Context, error: UpstreamError) -> None:
+    """A transient upstream failure is what a dead replica gives (UNAVAILABLE: retried,
+    waited out by ingest, a lexical fallback for search); a permanent one is the upstream's
+    fault, not the caller's, and says so (reason upstream: the gateway's 502)."""
+    if error.transient:
+        log.warning("%s", error)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+    log.error("%s", error)
+    await context.abort(
+        grpc.StatusCode.INTERNAL, str(error), trailing_metadata=((REASON_KEY, UPSTREAM),)
+    )
+
+
 class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
     def __init__(
         self,
-        model: EmbeddingModel,
+        model: Backend,
         batcher: Batcher,
         tokenizer: ThreadPoolExecutor,
         *,
@@ -73,7 +87,9 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
         self._tokenize_requests = 0
 
     async def _off_loop(self, texts: Sequence[bytes], work: Callable[[], T]) -> T:
-        if sum(len(text) for text in texts) <= _INLINE_BYTES:
+        # An upstream model may tokenize over HTTP: never on the loop.
+        inline = not getattr(self._model, "blocking_tokenizer", False)
+        if inline and sum(len(text) for text in texts) <= _INLINE_BYTES:
             return work()
         return await asyncio.get_running_loop().run_in_executor(self._tokenizer, work)
 
@@ -102,6 +118,8 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except QueueFull as error:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+        except UpstreamError as error:
+            await abort_upstream(context, error)
         except Exception:
             log.exception("Embed failed")
             await context.abort(grpc.StatusCode.INTERNAL, "internal error in the embedder")
@@ -129,6 +147,8 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             )
         except EmbedderError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except UpstreamError as error:
+            await abort_upstream(context, error)
         except Exception:
             log.exception("Tokenize failed")
             await context.abort(grpc.StatusCode.INTERNAL, "internal error in the embedder")
@@ -158,6 +178,8 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             replica_id=self._replica_id,
             max_queued_tokens=self._batcher.limits.max_queued_tokens,
             special_tokens=info.special_tokens,
+            tokenizer=info.tokenizer,
+            backend=info.backend,
         )
 
     async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:

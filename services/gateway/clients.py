@@ -150,6 +150,7 @@ _REASON_KEY = "ragd-reason"
 _INPUT_TOO_LONG = "input-too-long"
 _INPUT_KEY = "ragd-input"
 _STORAGE_FULL = "storage-full"
+_UPSTREAM = "upstream"
 # Seconds after which a write refused for a full disk is worth retrying.
 STORAGE_RETRY_SECONDS = 30
 
@@ -192,6 +193,10 @@ def from_grpc(error: grpc.aio.AioRpcError, service: str) -> errors.ApiError:
             else f"the {service} service did not answer in time"
         )
         return kind(message, retry_after=1 if kind is errors.Unavailable else None)
+    if kind is errors.Internal and _trailer(error, _REASON_KEY) == _UPSTREAM:
+        # The embedder's own upstream failed for good (a refused key, a wrong width): its
+        # message names the upstream and the setting to fix, never a secret.
+        return errors.BadGateway(details)
     if kind is errors.Internal:
         log.error("%s call failed: %s %s", service, error.code(), details)
         return kind(f"internal error in the {service} service")
