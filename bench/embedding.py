@@ -98,6 +98,14 @@ def run(ctx: Context) -> None:
         with (
             running_stack(ctx.run_dir / "embedding", config.threads) as stack,
             llama_server(ctx.run_dir / "embedding", config.threads) as server,
+            # The embedder's OpenAI-compatible backend in front of that same server.
+            running_stack(
+                ctx.run_dir / "embedding-upstream",
+                config.threads,
+                RAGD_EMBEDDER_UPSTREAM_URL=f"{server.url}/v1",
+                RAGD_EMBEDDER_UPSTREAM_MODEL=model.info.name,
+                RAGD_EMBEDDER_UPSTREAM_MAX_TOKENS=str(model.info.max_input_tokens),
+            ) as upstream,
         ):
             ctx.cold_starts.append(stack.cold_start)
             detail["rss_at_rest_mb"] = {**stack.rss(), "llama_cpp.server": server.rss()}
@@ -110,6 +118,10 @@ def run(ctx: Context) -> None:
             detail["max_abs_diff_rest_vs_in_process"] = float(
                 np.abs(same - model.embed(batches[0]).vectors).max()
             )
+            through = _first_vectors(upstream.url, batches[0])
+            detail["min_cosine_upstream_backend_vs_in_process"] = float(
+                np.sum(through * model.embed(batches[0]).vectors, axis=1).min()
+            )
 
             measures: dict[str, Measure] = {
                 "in_process_ragd": lambda: _timed(lambda: [model.embed(b) for b in batches]),
@@ -117,6 +129,7 @@ def run(ctx: Context) -> None:
                 "rest_base64": _rest_batched(stack.url, batches, "base64"),
                 "rest_float": _rest_batched(stack.url, batches, None),
                 "llama_server_batched": _rest_batched(server.url, batches, None),
+                "rest_upstream_backend": _rest_batched(upstream.url, batches, None),
             }
             for clients in config.embed_clients:
                 measures[f"rest_c{clients}"] = _rest_concurrent(stack.url, requests, clients)
@@ -184,6 +197,17 @@ def _rows(ctx: Context, rate: dict[str, float]) -> None:
             unit,
             baseline_name=f"best in-process: {best_name}",
             baseline=best,
+        )
+    )
+    ctx.add(
+        Row(
+            SCENARIO,
+            f"REST /v1/embeddings, upstream backend over llama_cpp.server, {batch} texts/request,"
+            " float JSON, 1 client",
+            rate["rest_upstream_backend"],
+            unit,
+            baseline_name="llama_cpp.server, same requests",
+            baseline=rate["llama_server_batched"],
         )
     )
     per = config.embed_request_texts

@@ -87,7 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif config.publish:
         # A partial run keeps the full run's table: it gets a section of its own.
         name = "-".join(config.scenarios)
-        chartless = _section(title, command, about, markdown, elapsed, failed, chart=False)
+        heading = title.replace(
+            "ragd benchmarks", f"ragd benchmarks, {', '.join(config.scenarios)} only"
+        )
+        chartless = _section(heading, command, about, markdown, elapsed, failed, chart=False)
         report.publish_section(ROOT / "BENCHMARKS.md", name, chartless)
         print(f"published: BENCHMARKS.md, section {name}")
     return 1 if failed else 0
