@@ -231,3 +231,12 @@ def test_a_character_budget_when_nothing_counts_tokens(stack: Stack) -> None:
         assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
     finally:
         model.close()
+
+
+def test_an_upstream_embedder_needs_no_llama_cpp() -> None:
+    """The GGUF backend is imported where a GGUF is loaded: an image without
+    llama-cpp-python can serve an upstream."""
+    probe = "import sys, services.embedder.server; print('llama_cpp' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

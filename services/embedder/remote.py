@@ -106,7 +106,7 @@ class UpstreamModel:
 
     async def aclose(self) -> None:
         await self._async.aclose()
-        self._sync.close()
+        self.close()
 
     # Tokens
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health
@@ -30,10 +31,14 @@ from services.common.vectors import FloatMatrix
 from services.embedder.batcher import Batcher, BatchLimits
 from services.embedder.config import EmbedderConfig
 from services.embedder.errors import ModelLoadError
-from services.embedder.model import EmbeddingModel
 from services.embedder.remote import UpstreamModel, UpstreamSettings
 from services.embedder.servicer import EmbedderServicer
 from services.pb import embedder_pb2, embedder_pb2_grpc
+
+if TYPE_CHECKING:
+    # Imported where a GGUF is loaded: an embedder in front of an upstream runs without
+    # llama-cpp-python.
+    from services.embedder.model import EmbeddingModel
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +49,8 @@ _releasers: set[asyncio.Task[None]] = set()
 
 
 def load_model(config: EmbedderConfig, threads: int | None = None) -> EmbeddingModel:
+    from services.embedder.model import EmbeddingModel
+
     started = time.monotonic()
     threads = threads or config.threads
     model = EmbeddingModel(
