@@ -61,6 +61,18 @@ async def search(
     Retry-After: a search should not hang for as long as a stalled store does.
     """
     mode, vectors = await query_vectors(embedder, request.queries, request.mode, deadlines.embed)
+    return await search_embedded(store, request, mode, vectors, deadlines)
+
+
+async def search_embedded(
+    store: Store,
+    request: Search,
+    mode: str,
+    vectors: QueryVectors | None,
+    deadlines: Deadlines,
+) -> Found:
+    """`search` with the queries already embedded (`query_vectors`): several vector stores
+    searched for the same queries embed them once. `mode` is the one they can run in."""
     calls = [
         store.Search(_message(request, mode, index, vectors), timeout=deadlines.store)
         for index in range(len(request.queries))

@@ -29,7 +29,7 @@ from services.gateway.chat.items import HEAD, ChatItem, stored
 from services.gateway.chat.record import in_background, record, usage
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import EmbedderClient, Store
-from services.gateway.search import Deadlines, Search, search
+from services.gateway.search import Deadlines, Search, query_vectors, search_embedded
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -470,7 +470,14 @@ async def _file_search(
         for tool in tools
         for store_id in tool.vector_store_ids
     ]
-    found = await asyncio.gather(*(search(embedder, store, one, deadlines) for one in asked))
+    # One embedding of the query for every store (it falls back to lexical for all at once).
+    mode, vectors = await query_vectors(embedder, [query], VECTOR, deadlines.embed)
+    found = await asyncio.gather(
+        *(
+            search_embedded(store, one, one.mode if vectors else mode, vectors, deadlines)
+            for one in asked
+        )
+    )
     hits = [hit for result in found for hit in result.hits]
     limit = max(tool.max_num_results for tool in tools)
     best = sorted(hits, key=lambda hit: hit.score, reverse=True)[:limit]
