@@ -356,6 +356,9 @@ def test_the_status_counts_the_models_in_use(repo: Repository) -> None:
         ("other-model", 576, 1),
     ]
     assert models[0].sample_ids == first[:5] and models[1].sample_ids == [other]
+    # Judged by the store's model rule against the caller's models.
+    judged = repo.status([EmbeddingModel(MODEL, DIMS)]).models
+    assert [use.served for use in judged] == [True, False]
 
 
 # Readers while writers run

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from services.gateway.attributes import Attribute, attributes_message
 from services.gateway.clients import EmbedderClient, Store
 from services.gateway.ingest import ChunkingStrategy
+from services.gateway.models import store_model
 from services.gateway.worker import IngestWorkers
 from services.pb import store_pb2
 
@@ -41,8 +42,7 @@ class Attacher:
     workers: IngestWorkers
 
     async def _model(self) -> store_pb2.EmbeddingModel:
-        info = await self.embedder.info()
-        return store_pb2.EmbeddingModel(name=info.name, dimensions=info.dimensions)
+        return store_model(await self.embedder.info())
 
     async def attach(self, store_id: str, item: Attachment) -> store_pb2.CollectionFile:
         """One file; an upload whose content the vector store already has comes back as that

@@ -8,6 +8,12 @@ from typing import Any
 
 from services.gateway.clients import ModelInfo
 from services.gateway.errors import InvalidRequest, NotFound
+from services.pb import store_pb2
+
+
+def store_model(served: ModelInfo) -> store_pb2.EmbeddingModel:
+    """The served model as the store's model rule takes it."""
+    return store_pb2.EmbeddingModel(name=served.name, dimensions=served.dimensions)
 
 
 def unknown_model(requested: str, served: ModelInfo) -> str | None:

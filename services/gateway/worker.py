@@ -22,6 +22,7 @@ from services.gateway import errors, ingest
 from services.gateway.audit import AuditLog
 from services.gateway.clients import EmbedderClient, Store
 from services.gateway.embed_cache import EmbeddingCache
+from services.gateway.models import store_model
 from services.gateway.parsing import InvalidFile, UnsupportedFile, extract_text
 from services.pb import store_pb2
 
@@ -114,9 +115,7 @@ class IngestWorkers:
                         worker_id=worker_id,
                         max_jobs=1,
                         lease_seconds=self._settings.lease_seconds,
-                        models=[
-                            store_pb2.EmbeddingModel(name=info.name, dimensions=info.dimensions)
-                        ],
+                        models=[store_model(info)],
                     )
                 )
             except errors.ApiError as error:

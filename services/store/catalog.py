@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import apsw
 
 from services.common.vocabulary import FILE_STATUSES
-from services.store import vector_index
+from services.store import compat, vector_index
 from services.store.db import atomic, try_write
 from services.store.errors import CollectionNotFound, InvalidArgument
-from services.store.records import Collection, FileCounts, ModelUse, Page
+from services.store.records import Collection, EmbeddingModel, FileCounts, ModelUse, Page
 
 # sqlite-vec's limit on a vector column.
 MAX_DIMENSIONS = 8192
@@ -266,9 +266,9 @@ def delete(conn: apsw.Connection, collection_id: str) -> None:
 MODEL_SAMPLE_IDS = 5
 
 
-def models_in_use(conn: apsw.Connection) -> list[ModelUse]:
+def models_in_use(conn: apsw.Connection, served: Sequence[EmbeddingModel] = ()) -> list[ModelUse]:
     """The (model, dimensions) pairs the vector stores are indexed with, with how many stores
-    each and the ids of the oldest few."""
+    each, the ids of the oldest few, and whether one of `served` fits them."""
     with atomic(conn, write=False):
         groups: list[Any] = conn.execute(
             "SELECT model, dimensions, count(*) FROM collections GROUP BY model, dimensions"
@@ -282,6 +282,12 @@ def models_in_use(conn: apsw.Connection) -> list[ModelUse]:
                 (model, dimensions, MODEL_SAMPLE_IDS),
             ).fetchall()
             uses.append(
-                ModelUse(str(model), int(dimensions), int(count), [str(row[0]) for row in ids])
+                ModelUse(
+                    str(model),
+                    int(dimensions),
+                    int(count),
+                    [str(row[0]) for row in ids],
+                    compat.serves(served, str(model), int(dimensions)),
+                )
             )
     return uses

@@ -37,9 +37,14 @@ def check_indexing(collection: Collection, model: str, dimensions: int) -> None:
     )
 
 
+def serves(models: Sequence[EmbeddingModel], model: str, dimensions: int) -> bool:
+    """One of `models` can index and query vectors of `model` at `dimensions`."""
+    return any((m.name, m.dimensions) == (model, dimensions) for m in models)
+
+
 def check_served(collection: Collection, models: Sequence[EmbeddingModel]) -> None:
     """One of `models` (those a worker embeds with) can index the collection's files."""
-    if any((m.name, m.dimensions) == (collection.model, collection.dimensions) for m in models):
+    if serves(models, collection.model, collection.dimensions):
         return
     if len(models) == 1:
         check_indexing(collection, models[0].name, models[0].dimensions)

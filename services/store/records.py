@@ -283,6 +283,8 @@ class ModelUse:
     dimensions: int
     vector_stores: int
     sample_ids: list[str]
+    # One of the models the caller serves fits them (compat.serves).
+    served: bool = False
 
 
 @dataclass(frozen=True)

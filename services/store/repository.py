@@ -517,7 +517,8 @@ class Repository:
             status=self.status(),
         )
 
-    def status(self) -> StoreStatus:
+    def status(self, served: Sequence[EmbeddingModel] = ()) -> StoreStatus:
+        """`served`: the caller's models, which each model in use is judged against."""
         self.disk.check_recovered()
         usage = self.disk.usage()
         return StoreStatus(
@@ -525,7 +526,7 @@ class Repository:
             disk_free_bytes=usage.free_bytes,
             disk_total_bytes=usage.total_bytes,
             storage_full=self.disk.full,
-            models=catalog.models_in_use(self._conn()),
+            models=catalog.models_in_use(self._conn(), served),
         )
 
     @contextmanager

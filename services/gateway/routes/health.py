@@ -8,9 +8,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.gateway.clients import ModelInfo, check_health
+from services.gateway.clients import check_health
 from services.gateway.errors import ApiError
-from services.gateway.models import unknown_model
+from services.gateway.models import store_model
 from services.gateway.routes import services
 from services.pb import store_pb2
 
@@ -35,18 +35,22 @@ async def ready(request: Request) -> JSONResponse:
     }
     if store == "SERVING":
         try:
-            status = await deps.store.GetStatus(store_pb2.GetStatusRequest(), timeout=2.0)
+            served = []
+            if embedder == "SERVING":
+                served = [store_model(await deps.embedder.info(timeout=2.0))]
+            status = await deps.store.GetStatus(
+                store_pb2.GetStatusRequest(served=served), timeout=2.0
+            )
             body["disk"] = disk(status)
         except ApiError:
             body["disk"] = None
         else:
-            if embedder == "SERVING":
-                served = await deps.embedder.info(timeout=2.0)
-                body["unserved_models"] = unserved_models(status, served)
+            if served:
+                body["unserved_models"] = unserved_models(status)
     return JSONResponse(body, status_code=200 if is_ready else 503)
 
 
-def unserved_models(status: store_pb2.StoreStatus, served: ModelInfo) -> list[dict[str, Any]]:
+def unserved_models(status: store_pb2.StoreStatus) -> list[dict[str, Any]]:
     """Vector stores indexed with a model this gateway's embedders do not serve: their
     searches and uploads are refused with a 400 naming both models. The stack is still
     ready: every other store works."""
@@ -58,7 +62,7 @@ def unserved_models(status: store_pb2.StoreStatus, served: ModelInfo) -> list[di
             "sample_ids": list(use.sample_ids),
         }
         for use in status.models
-        if unknown_model(use.model, served) or use.dimensions != served.dimensions
+        if not use.served
     ]
 
 

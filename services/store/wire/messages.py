@@ -260,6 +260,7 @@ def status_message(status: StoreStatus) -> pb.StoreStatus:
                 dimensions=use.dimensions,
                 vector_stores=use.vector_stores,
                 sample_ids=use.sample_ids,
+                served=use.served,
             )
             for use in status.models
         ],

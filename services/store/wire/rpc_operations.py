@@ -6,6 +6,7 @@ import logging
 
 from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
+from services.store.records import EmbeddingModel
 from services.store.wire.messages import (
     audit_entry_from_message,
     audit_entry_message,
@@ -76,7 +77,8 @@ class OperationsRpcs(RpcBase):
         return stats_message(await self._call(context, self._repository.stats))
 
     async def GetStatus(self, request: pb.GetStatusRequest, context: Context) -> pb.StoreStatus:
-        return status_message(await self._call(context, self._repository.status))
+        served = [EmbeddingModel(m.name, m.dimensions) for m in request.served]
+        return status_message(await self._call(context, lambda: self._repository.status(served)))
 
     async def Backup(self, request: pb.BackupRequest, context: Context) -> pb.BackupResponse:
         result = await self._call(context, lambda: self._repository.backup(request.name))
