@@ -223,3 +223,18 @@ def query_choice(request: Request, name: str, default: str, choices: tuple[str, 
     if value not in choices:
         raise invalid(f"'{name}' must be one of {', '.join(choices)}", param=name)
     return value
+
+
+def paging(
+    request: Request, *, default: int = 20, maximum: int = 100, before: bool = True
+) -> dict[str, Any]:
+    """OpenAI's list parameters (`limit`, `order`, `after`, and `before` where the list has
+    it) as the store's list requests take them."""
+    page: dict[str, Any] = {
+        "limit": query_int(request, "limit", default, 1, maximum),
+        "order": query_choice(request, "order", "desc", ("asc", "desc")),
+        "after": request.query_params.get("after", ""),
+    }
+    if before:
+        page["before"] = request.query_params.get("before", "")
+    return page

@@ -24,8 +24,7 @@ from services.gateway.params import (
     metadata,
     optional_int,
     optional_str,
-    query_choice,
-    query_int,
+    paging,
     required_str,
 )
 from services.gateway.routes import services
@@ -92,10 +91,7 @@ def _indexed(request: Request) -> None:
 async def list_conversations(request: Request) -> JSONResponse:
     reply = await services(request).store.ListConversations(
         store_pb2.ListConversationsRequest(
-            limit=query_int(request, "limit", 20, 1, 100),
-            order=query_choice(request, "order", "desc", ("asc", "desc")),
-            after=request.query_params.get("after", ""),
-            before=request.query_params.get("before", ""),
+            **paging(request),
         )
     )
     return JSONResponse(
@@ -150,10 +146,7 @@ async def list_items(request: Request) -> JSONResponse:
     reply = await services(request).store.ListItems(
         store_pb2.ListItemsRequest(
             conversation_id=request.path_params["conversation_id"],
-            limit=query_int(request, "limit", 20, 1, 100),
-            order=query_choice(request, "order", "desc", ("asc", "desc")),
-            after=request.query_params.get("after", ""),
-            before=request.query_params.get("before", ""),
+            **paging(request),
         )
     )
     results = includes_results(request)

@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, Response
 from services.common.vocabulary import FILE_PURPOSES
 from services.gateway import objects
 from services.gateway.errors import invalid
-from services.gateway.params import query_choice, query_int
+from services.gateway.params import paging
 from services.gateway.routes import services
 from services.gateway.uploads import read_upload
 from services.pb import store_pb2
@@ -41,9 +41,7 @@ async def list_files(request: Request) -> JSONResponse:
     store = services(request).store
     reply = await store.ListFiles(
         store_pb2.ListFilesRequest(
-            limit=query_int(request, "limit", 10000, 1, 10000),
-            order=query_choice(request, "order", "desc", ("asc", "desc")),
-            after=request.query_params.get("after", ""),
+            **paging(request, default=10000, maximum=10000, before=False),
             purpose=request.query_params.get("purpose", ""),
         ),
     )

@@ -14,7 +14,7 @@ from services.gateway.chat.items import render
 from services.gateway.chat.requests import turn_request
 from services.gateway.chat.turn import RESULTS, prepare, response_object
 from services.gateway.chat.upstream import ChatUpstream
-from services.gateway.params import json_body, query_choice, query_int
+from services.gateway.params import json_body, paging
 from services.gateway.routes import services
 from services.gateway.routes.conversations import includes_results
 from services.gateway.search import Deadlines
@@ -105,9 +105,7 @@ async def list_input_items(request: Request) -> JSONResponse:
     reply = await services(request).store.ListResponseInputItems(
         store_pb2.ListResponseInputItemsRequest(
             response_id=request.path_params["response_id"],
-            limit=query_int(request, "limit", 20, 1, 100),
-            order=query_choice(request, "order", "desc", ("asc", "desc")),
-            after=request.query_params.get("after", ""),
+            **paging(request, before=False),
         )
     )
     results = includes_results(request)

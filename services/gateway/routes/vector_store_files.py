@@ -14,8 +14,7 @@ from services.gateway.params import (
     MAX_JSON_BYTES,
     attributes,
     json_body,
-    query_choice,
-    query_int,
+    paging,
 )
 from services.gateway.parsing import UnsupportedFile, check_supported
 from services.gateway.routes import services
@@ -69,10 +68,7 @@ async def list_files(request: Request) -> JSONResponse:
     reply = await services(request).store.ListCollectionFiles(
         store_pb2.ListCollectionFilesRequest(
             collection_id=request.path_params["store_id"],
-            limit=query_int(request, "limit", 20, 1, 100),
-            order=query_choice(request, "order", "desc", ("asc", "desc")),
-            after=request.query_params.get("after", ""),
-            before=request.query_params.get("before", ""),
+            **paging(request),
             status=status,
             batch_id=request.path_params.get("batch_id", ""),
         )

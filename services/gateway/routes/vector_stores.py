@@ -31,8 +31,7 @@ from services.gateway.params import (
     optional_number,
     optional_object,
     optional_str,
-    query_choice,
-    query_int,
+    paging,
 )
 from services.gateway.routes import services
 from services.gateway.search import Deadlines, Search, search
@@ -90,10 +89,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
 async def list_vector_stores(request: Request) -> JSONResponse:
     reply = await services(request).store.ListCollections(
         store_pb2.ListCollectionsRequest(
-            limit=query_int(request, "limit", 20, 1, 100),
-            order=query_choice(request, "order", "desc", ("asc", "desc")),
-            after=request.query_params.get("after", ""),
-            before=request.query_params.get("before", ""),
+            **paging(request),
         )
     )
     data = [objects.vector_store(c) for c in reply.collections]
