@@ -102,6 +102,10 @@ class Turn:
         self.sequence += 1
         return {"type": kind, "sequence_number": self.sequence - 1, **fields}
 
+    def _part_event(self, kind: str, item: dict[str, Any], index: int, **fields: Any) -> Event:
+        """An event about the message's one content part (its text)."""
+        return self._event(kind, item_id=item["id"], output_index=index, content_index=0, **fields)
+
     def response(self) -> dict[str, Any]:
         return response_object(
             id=self.id,
@@ -202,21 +206,19 @@ class Turn:
             yield self._event("response.output_item.added", output_index=index, item=dict(item))
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             item["content"].append(part)
-            yield self._event(
+            yield self._part_event(
                 "response.content_part.added",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
+                item,
+                index,
                 part=dict(part),
             )
             async with contextlib.aclosing(self._pieces(body, reply)) as pieces:
                 async for piece in pieces:
                     part["text"] = reply.text
-                    yield self._event(
+                    yield self._part_event(
                         "response.output_text.delta",
-                        item_id=item["id"],
-                        output_index=index,
-                        content_index=0,
+                        item,
+                        index,
                         delta=piece,
                         logprobs=[],
                     )
@@ -242,28 +244,25 @@ class Turn:
         if cut:
             self.incomplete = {"reason": "max_output_tokens"}
         if stream:
-            yield self._event(
+            yield self._part_event(
                 "response.output_text.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
+                item,
+                index,
                 text=text,
                 logprobs=[],
             )
             for number, annotation in enumerate(part["annotations"]):
-                yield self._event(
+                yield self._part_event(
                     "response.output_text.annotation.added",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
+                    item,
+                    index,
                     annotation_index=number,
                     annotation=annotation,
                 )
-            yield self._event(
+            yield self._part_event(
                 "response.content_part.done",
-                item_id=item["id"],
-                output_index=index,
-                content_index=0,
+                item,
+                index,
                 part=part,
             )
             yield self._event("response.output_item.done", output_index=index, item=item)
