@@ -188,6 +188,21 @@ def check_invariants(path: Path) -> None:
             ).fetchall()
             == []
         )
+        # A re-index in progress has its shadow, and a shadow its re-index in progress.
+        assert (
+            conn.execute(
+                "SELECT c.id FROM collections AS c WHERE c.shadow_of IS NOT NULL AND NOT EXISTS"
+                " (SELECT 1 FROM reindexes AS r WHERE r.shadow_id = c.id"
+                "  AND r.collection_id = c.shadow_of AND r.status = 'in_progress')"
+            ).fetchall()
+            == []
+        )
+        assert (
+            conn.execute(
+                "SELECT id FROM reindexes WHERE (status = 'in_progress') <> (shadow_id IS NOT NULL)"
+            ).fetchall()
+            == []
+        )
         conversation_invariants(conn)
     finally:
         conn.close()

@@ -17,6 +17,7 @@ from services.embedder.model import EmbeddingModel
 from services.embedder.server import create_server as create_embedder
 from services.gateway import errors
 from services.gateway.clients import EmbedderClient, Store, open_channel, store_stub
+from services.gateway.embedders import Embedders
 from services.gateway.search import Deadlines, Search, search
 from services.pb import store_pb2 as pb
 from services.store.config import StoreConfig
@@ -30,7 +31,7 @@ TEXTS = [
     "A chimera breathes fire and has a lion's body and a goat's head.",
 ]
 
-Scenario = Callable[[EmbedderClient, Store, str], Awaitable[None]]
+Scenario = Callable[[Embedders, Store, str], Awaitable[None]]
 
 
 def run(
@@ -65,7 +66,9 @@ def run(
                     model=info.name,
                 )
             )
-            await scenario(EmbedderClient(embedder_channel), store, collection.id)
+            await scenario(
+                Embedders([(None, EmbedderClient(embedder_channel))]), store, collection.id
+            )
         finally:
             await embedder_channel.close()
             await store_channel.close()
@@ -79,7 +82,7 @@ def test_queries_fan_out_and_each_chunk_keeps_its_best_score(
     tmp_path: Path,
     embedding_model: EmbeddingModel,
 ) -> None:
-    async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
+    async def scenario(embedder: Embedders, store: Store, store_id: str) -> None:
         queries = ["who lights the lamp?", "why are there tides?"]
         found = await search(
             embedder, store, Search(store_id, queries, k=2, mode=VECTOR), Deadlines(embed=5.0)
@@ -113,7 +116,7 @@ def test_vector_and_hybrid_fall_back_to_lexical_when_the_embedder_is_down(
     tmp_path: Path,
     embedding_model: EmbeddingModel,
 ) -> None:
-    async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
+    async def scenario(embedder: Embedders, store: Store, store_id: str) -> None:
         for mode in (VECTOR, HYBRID):
             found = await search(
                 embedder, store, Search(store_id, ["gravity"], 3, mode), Deadlines(embed=1.0)
@@ -132,7 +135,7 @@ def test_an_unknown_store_is_the_stores_not_found(
     tmp_path: Path,
     embedding_model: EmbeddingModel,
 ) -> None:
-    async def scenario(embedder: EmbedderClient, store: Store, store_id: str) -> None:
+    async def scenario(embedder: Embedders, store: Store, store_id: str) -> None:
         for mode in (VECTOR, LEXICAL):
             with pytest.raises(errors.NotFound, match="vs_missing"):
                 await search(

@@ -6,6 +6,10 @@ RAGD_MODEL_PATH             the GGUF file (default models/all-MiniLM-L6-v2.gguf,
                             `make model`).
 RAGD_MODEL_NAME             the model name reported to clients (default: the GGUF's
                             general.name).
+RAGD_MODEL_POOLING          mean, cls or last: overrides the GGUF's pooling (a causal language
+                            model such as SmolLM2 has none and embeds with mean).
+RAGD_MODEL_MAX_TOKENS       caps the model's input limit in tokens (default: the GGUF's, which
+                            for language models is far beyond RAGD_EMBEDDER_BATCH_TOKENS).
 RAGD_EMBEDDER_THREADS       llama.cpp threads (default: all CPUs).
 RAGD_EMBEDDER_TRUNCATE      what to do with inputs over the model's limit when the request does
                             not say: "reject" (default: like the OpenAI API, which answers 400)
@@ -66,6 +70,8 @@ class EmbedderConfig:
     listen: str = "127.0.0.1:50051"
     model_path: Path = Path("models/all-MiniLM-L6-v2.gguf")
     model_name: str | None = None
+    model_pooling: str | None = None
+    model_max_tokens: int | None = None
     threads: int = 2
     # The policy for requests that leave it unspecified: True truncates, False rejects.
     truncate: bool = False
@@ -99,6 +105,12 @@ class EmbedderConfig:
             listen=env.str("EMBEDDER_LISTEN", cls.listen),
             model_path=Path(env.str("MODEL_PATH", str(cls.model_path))),
             model_name=env.optional("MODEL_NAME"),
+            model_pooling=_pooling(env),
+            model_max_tokens=(
+                env.int("MODEL_MAX_TOKENS", 0, minimum=1)
+                if env.optional("MODEL_MAX_TOKENS")
+                else None
+            ),
             threads=env.int("EMBEDDER_THREADS", os.cpu_count() or cls.threads, minimum=1),
             truncate=policy == "truncate",
             batch_tokens=env.int("EMBEDDER_BATCH_TOKENS", cls.batch_tokens, minimum=1),
@@ -127,6 +139,15 @@ class EmbedderConfig:
                 "or set RAGD_MODEL_PATH to a GGUF embedding model"
             )
         return config
+
+
+def _pooling(env: Env) -> str | None:
+    pooling = env.optional("MODEL_POOLING")
+    if pooling is None:
+        return None
+    if pooling.lower() not in ("mean", "cls", "last"):
+        raise ConfigError(f"RAGD_MODEL_POOLING must be mean, cls or last, got {pooling!r}")
+    return pooling.lower()
 
 
 def _upstream(env: Env) -> UpstreamSettings | None:

@@ -58,6 +58,8 @@ def load_model(config: EmbedderConfig, threads: int | None = None) -> EmbeddingM
         threads=threads,
         name=config.model_name,
         max_batch_tokens=config.batch_tokens,
+        pooling=config.model_pooling,
+        max_input_tokens=config.model_max_tokens,
         max_batch_inputs=config.batch_inputs,
     )
     info = model.info

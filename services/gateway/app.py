@@ -18,6 +18,7 @@ from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import EmbedderClient, open_channel, store_stub
 from services.gateway.config import GatewayConfig
 from services.gateway.embed_cache import EmbeddingCache
+from services.gateway.embedders import Embedders
 from services.gateway.history_index import HistoryIndexer
 from services.gateway.http_errors import EXCEPTION_HANDLERS
 from services.gateway.openapi import openapi
@@ -95,15 +96,19 @@ def create_app(config: GatewayConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
         token, tls = config.service_token, config.tls
-        embedder_channel = open_channel(
-            config.embedder_target, "embedder", config.embed_timeout, token, tls
-        )
+        embedder_channels = [
+            (spec.name, open_channel(spec.target, "embedder", config.embed_timeout, token, tls))
+            for spec in config.embedder_specs
+        ]
         store_channel = open_channel(config.store_target, "store", config.store_timeout, token, tls)
-        embedder = EmbedderClient(embedder_channel)
+        embedders = Embedders(
+            [(name, EmbedderClient(channel)) for name, channel in embedder_channels]
+        )
+        embedder = embedders.default
         store = store_stub(store_channel)
         audit = AuditLog(store)
         workers = IngestWorkers(
-            embedder,
+            embedders,
             store,
             WorkerSettings(
                 workers=config.ingest_workers,
@@ -119,12 +124,12 @@ def create_app(config: GatewayConfig) -> Starlette:
         workers.start()
         deps = Services(
             config,
-            embedder,
+            embedders,
             store,
             store_channel,
             workers,
             audit,
-            Attacher(store, embedder, workers),
+            Attacher(store, embedders, workers),
             ChatUpstream(config.chat) if config.chat else None,
             HistoryIndexer(embedder, store, config.ingest_poll_seconds)
             if config.ingest_workers
@@ -150,7 +155,8 @@ def create_app(config: GatewayConfig) -> Starlette:
                 await deps.history.stop()
             if deps.chat is not None:
                 await deps.chat.close()
-            await embedder_channel.close()
+            for _, channel in embedder_channels:
+                await channel.close()
             await store_channel.close()
 
     app = Starlette(

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from services.gateway.attributes import Attribute, attributes_message
-from services.gateway.clients import EmbedderClient, Store
+from services.gateway.clients import ModelInfo, Store
+from services.gateway.embedders import Embedders
 from services.gateway.ingest import ChunkingStrategy
 from services.gateway.models import store_model
 from services.gateway.worker import IngestWorkers
@@ -38,11 +39,16 @@ class Attachment:
 @dataclass(frozen=True)
 class Attacher:
     store: Store
-    embedder: EmbedderClient
+    embedders: Embedders
     workers: IngestWorkers
 
-    async def _model(self) -> store_pb2.EmbeddingModel:
-        return store_model(await self.embedder.info())
+    async def model(self, store_id: str) -> ModelInfo:
+        """The model the vector store's files are embedded with (to resolve their chunking);
+        a store of a model no embedder here serves is refused."""
+        return (await self.embedders.for_store(self.store, store_id))[1]
+
+    async def _model(self, store_id: str) -> store_pb2.EmbeddingModel:
+        return store_model(await self.model(store_id))
 
     async def attach(self, store_id: str, item: Attachment) -> store_pb2.CollectionFile:
         """One file; an upload whose content the vector store already has comes back as that
@@ -51,7 +57,7 @@ class Attacher:
             collection_id=store_id,
             attributes=attributes_message(item.attributes),
             chunking=item.strategy.message(),
-            model=await self._model(),
+            model=await self._model(store_id),
         )
         if item.upload is not None:
             request.upload.CopyFrom(
@@ -68,7 +74,7 @@ class Attacher:
         batch = await self.store.CreateFileBatch(
             store_pb2.CreateFileBatchRequest(
                 collection_id=store_id,
-                model=await self._model(),
+                model=await self._model(store_id),
                 files=[
                     store_pb2.BatchFile(
                         file_id=item.file_id,

@@ -267,7 +267,7 @@ class IngestSession:
                 "(RAGD_MAX_UPLOAD_BYTES)",
             )
         item = Attachment(
-            strategy=resolve_chunking(document.chunking, await self._deps.embedder.info()),
+            strategy=resolve_chunking(document.chunking, await self._deps.attacher.model(store_id)),
             upload=Upload(document.filename, content),
             attributes=attributes({"attributes": document.attributes}),
         )

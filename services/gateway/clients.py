@@ -151,6 +151,7 @@ _INPUT_TOO_LONG = "input-too-long"
 _INPUT_KEY = "ragd-input"
 _STORAGE_FULL = "storage-full"
 _UPSTREAM = "upstream"
+_MODEL_MISMATCH = "model-mismatch"
 # Seconds after which a write refused for a full disk is worth retrying.
 STORAGE_RETRY_SECONDS = 30
 
@@ -182,6 +183,8 @@ def from_grpc(error: grpc.aio.AioRpcError, service: str) -> errors.ApiError:
         numbers = (_trailer(error, _INPUT_KEY) or "0 0 0").split()
         index, tokens, limit = (int(n) for n in numbers) if len(numbers) == 3 else (0, 0, 0)
         return errors.InputTooLong(details, index=index, tokens=tokens, limit=limit)
+    if kind is errors.Refused and _trailer(error, _REASON_KEY) == _MODEL_MISMATCH:
+        return errors.ModelMismatch(details)
     if kind is errors.Overloaded and _trailer(error, _REASON_KEY) == _STORAGE_FULL:
         return errors.StorageFull(details, retry_after=STORAGE_RETRY_SECONDS)
     if kind is errors.Overloaded:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from services.common.config import ConfigError, Env
 from services.common.security import TlsFiles, service_token
 from services.gateway.chat.upstream import ChatSettings
+from services.gateway.embedders import EmbedderSpec, parse_embedders
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,8 @@ class GatewayConfig:
     port: int = 8000
     # gRPC targets: "host:port", "a:1,b:2" (several embedder replicas) or "dns:///name:port".
     embedder_target: str = "127.0.0.1:50051"
+    # Several models (RAGD_EMBEDDERS, "name=target" pairs); empty: the one embedder_target.
+    embedders: tuple[EmbedderSpec, ...] = ()
     store_target: str = "127.0.0.1:50052"
     # Empty: no authentication. Otherwise every /v1 route needs "Authorization: Bearer <key>".
     api_keys: tuple[str, ...] = ()
@@ -62,6 +65,7 @@ class GatewayConfig:
             host=env.str("HOST", cls.host),
             port=env.int("PORT", cls.port, minimum=0),
             embedder_target=env.str("EMBEDDER_TARGET", cls.embedder_target),
+            embedders=_embedders(env),
             store_target=env.str("STORE_TARGET", cls.store_target),
             api_keys=tuple(env.list("API_KEYS")),
             embed_timeout=env.float("EMBED_TIMEOUT", cls.embed_timeout),
@@ -98,6 +102,21 @@ class GatewayConfig:
                 " RAGD_SEARCH_STORE_TIMEOUT must be positive"
             )
         return config
+
+    @property
+    def embedder_specs(self) -> tuple[EmbedderSpec, ...]:
+        """The served models' targets, the default first."""
+        return self.embedders or (EmbedderSpec(None, self.embedder_target),)
+
+
+def _embedders(env: Env) -> tuple[EmbedderSpec, ...]:
+    raw = env.optional("EMBEDDERS")
+    if not raw:
+        return ()
+    try:
+        return tuple(parse_embedders(raw))
+    except ValueError as error:
+        raise ConfigError(f"RAGD_EMBEDDERS: {error}") from None
 
 
 def _chat(env: Env) -> ChatSettings | None:

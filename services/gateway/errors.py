@@ -54,6 +54,10 @@ class Refused(ApiError):
     default_code = "failed_precondition"
 
 
+class ModelMismatch(Refused):
+    """The vector store is indexed with another model than the vectors or query sent."""
+
+
 class Unauthenticated(ApiError):
     default_code = "invalid_api_key"
 

@@ -12,9 +12,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.common.vocabulary import LEXICAL
+from services.common.vocabulary import LEXICAL, VECTOR
 from services.gateway import errors
 from services.gateway.clients import EmbedderClient, Store
+from services.gateway.embedders import Embedders
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class Deadlines:
 
 
 async def search(
-    embedder: EmbedderClient, store: Store, request: Search, deadlines: Deadlines
+    embedders: Embedders, store: Store, request: Search, deadlines: Deadlines
 ) -> Found:
     """The best k chunks over all queries (each chunk with its best score), best first.
 
@@ -60,8 +61,64 @@ async def search(
     answer within its deadline. A store that does not answer within its own is a 503 with
     Retry-After: a search should not hang for as long as a stalled store does.
     """
-    mode, vectors = await query_vectors(embedder, request.queries, request.mode, deadlines.embed)
-    return await search_embedded(store, request, mode, vectors, deadlines)
+    return (await search_many(embedders, store, [request], deadlines))[0]
+
+
+async def search_many(
+    embedders: Embedders, store: Store, requests: Sequence[Search], deadlines: Deadlines
+) -> list[Found]:
+    """`search` for several vector stores at once: each store's queries are embedded with its
+    model, once per model. A store whose model changed meanwhile (a re-index switched it; the
+    store refuses vectors of the old one) is looked up again and searched once more."""
+    try:
+        return await _search_many(embedders, store, requests, deadlines, refresh=False)
+    except errors.ModelMismatch:
+        if len(embedders.clients) == 1:
+            raise
+        return await _search_many(embedders, store, requests, deadlines, refresh=True)
+
+
+async def _search_many(
+    embedders: Embedders,
+    store: Store,
+    requests: Sequence[Search],
+    deadlines: Deadlines,
+    refresh: bool,
+) -> list[Found]:
+    targets = await asyncio.gather(
+        *(_embedder_of(embedders, store, request, refresh) for request in requests)
+    )
+    keys = {
+        (id(embedder), tuple(request.queries)): (embedder, request.queries)
+        for request, embedder in zip(requests, targets, strict=True)
+        if embedder is not None
+    }
+    embedded = await asyncio.gather(
+        *(
+            query_vectors(embedder, queries, VECTOR, deadlines.embed)
+            for embedder, queries in keys.values()
+        )
+    )
+    vectors = {key: found[1] for key, found in zip(keys, embedded, strict=True)}
+    calls = []
+    for request, embedder in zip(requests, targets, strict=True):
+        rows = None if embedder is None else vectors[(id(embedder), tuple(request.queries))]
+        mode = request.mode if rows is not None or request.mode == LEXICAL else LEXICAL
+        calls.append(search_embedded(store, request, mode, rows, deadlines))
+    return list(await asyncio.gather(*calls))
+
+
+async def _embedder_of(
+    embedders: Embedders, store: Store, request: Search, refresh: bool
+) -> EmbedderClient | None:
+    """The embedder of the store's model; None for a lexical search or when it is down."""
+    if request.mode == LEXICAL:
+        return None
+    try:
+        return (await embedders.for_store(store, request.store_id, refresh))[0]
+    except EMBEDDER_DOWN as error:
+        log.warning("embedder unavailable (%s): searching lexically", error)
+        return None
 
 
 async def search_embedded(

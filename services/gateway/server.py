@@ -70,7 +70,10 @@ def main() -> None:
             "gateway on http://%s:%d (embedder %s, store %s)",
             config.host,
             port,
-            config.embedder_target,
+            " ".join(
+                f"{spec.name or ''}{'=' if spec.name else ''}{spec.target}"
+                for spec in config.embedder_specs
+            ),
             config.store_target,
         )
         if ports_file is not None:

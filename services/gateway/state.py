@@ -11,6 +11,7 @@ from services.gateway.audit import AuditLog
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import EmbedderClient, Store
 from services.gateway.config import GatewayConfig
+from services.gateway.embedders import Embedders
 from services.gateway.history_index import HistoryIndexer
 from services.gateway.worker import IngestWorkers
 
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 @dataclass
 class Services:
     config: GatewayConfig
-    embedder: EmbedderClient
+    # The served models' embedders; `embedder` is the default one.
+    embedders: Embedders
     # The store's typed stub; its channel for health checks.
     store: Store
     store_channel: grpc.aio.Channel
@@ -33,3 +35,7 @@ class Services:
     chat: ChatUpstream | None = None
     # Embeds conversation items in the background (gateways with ingest workers only).
     history: HistoryIndexer | None = None
+
+    @property
+    def embedder(self) -> EmbedderClient:
+        return self.embedders.default

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from services.common.vectors import to_bytes
 from services.gateway import errors, ingest
 from services.gateway.audit import AuditLog
-from services.gateway.clients import EmbedderClient, Store
+from services.gateway.clients import Store
 from services.gateway.embed_cache import EmbeddingCache
+from services.gateway.embedders import Embedders
 from services.gateway.models import store_model
 from services.gateway.parsing import InvalidFile, UnsupportedFile, extract_text
 from services.pb import store_pb2
@@ -57,13 +58,13 @@ def backoff_seconds(attempt: int) -> int:
 class IngestWorkers:
     def __init__(
         self,
-        embedder: EmbedderClient,
+        embedders: Embedders,
         store: Store,
         settings: WorkerSettings,
         cache: EmbeddingCache | None = None,
         audit: AuditLog | None = None,
     ) -> None:
-        self._embedder = embedder
+        self._embedders = embedders
         self._store = store
         self._settings = settings
         self._cache = cache
@@ -107,15 +108,24 @@ class IngestWorkers:
     async def _run(self, worker_id: str) -> None:
         while True:
             try:
-                # The store fails jobs of vector stores of another model instead of handing
-                # them out; until the embedder answers, nothing is claimed and jobs wait.
-                info = await self._embedder.info()
+                # The store fails jobs of vector stores of a model no embedder here serves
+                # instead of handing them out; jobs of a served model whose embedders do not
+                # answer wait, and until one answers nothing is claimed.
+                served = await self._embedders.served(timeout=2.0)
+                if not served:
+                    await self._embedders.default.info()  # raises why
+                answering = {info.name.lower() for info in served}
                 reply = await self._store.ClaimJobs(
                     store_pb2.ClaimJobsRequest(
                         worker_id=worker_id,
                         max_jobs=1,
                         lease_seconds=self._settings.lease_seconds,
-                        models=[store_model(info)],
+                        models=[store_model(info) for info in served],
+                        waiting_models=[
+                            name
+                            for name in self._embedders.configured_names
+                            if name.lower() not in answering
+                        ],
                     )
                 )
             except errors.ApiError as error:
@@ -200,10 +210,13 @@ class IngestWorkers:
         except InvalidFile as error:
             raise Permanent("invalid_file", str(error)) from None
         strategy = ingest.ChunkingStrategy.from_message(job.chunking)
-        info = await self._embedder.info()
-        chunks = await ingest.chunk(self._embedder, text, strategy)
+        found = await self._embedders.find(job.model)
+        if found is None:
+            raise errors.Unavailable(f"no embedder here serves {job.model} now; retrying")
+        embedder, info = found
+        chunks = await ingest.chunk(embedder, text, strategy)
         vectors = await ingest.embed_chunks(
-            self._embedder, chunks, self._settings.batch_size, self._cache
+            embedder, chunks, self._settings.batch_size, self._cache
         )
         return store_pb2.CompleteJobRequest(
             job_id=job.job_id,

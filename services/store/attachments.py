@@ -119,12 +119,14 @@ def attach_in_transaction(
     chunking_json: str,
     batch_id: str | None,
     now: int,
+    mirror: bool = True,
 ) -> tuple[CollectionFile, bool]:
     """Attaches a file with a pending job; returns the row and whether it was (re)attached.
 
     The same file, or another with identical content, already indexed or being indexed in the
     collection is returned as it is, marked deduplicated, with nothing written. A failed or
-    cancelled file is attached again (new settings, new job).
+    cancelled file is attached again (new settings, new job). A collection being re-indexed
+    gets the file attached to its new index too (unless `mirror` is off: that attach).
     """
     file_row = conn.execute("SELECT sha256 FROM files WHERE id = ?", (file_id,)).fetchone()
     if file_row is None:
@@ -173,7 +175,36 @@ def attach_in_transaction(
         " last_active_at = max(last_active_at, ?) WHERE id = ?",
         (file_delta, now, key),
     )
+    if mirror:
+        _mirror_attach(conn, key, file_id, attributes_json, chunking_json, batch_id, now)
     return fetch(conn, key, collection_id, file_id), True
+
+
+def _mirror_attach(
+    conn: apsw.Connection,
+    key: int,
+    file_id: str,
+    attributes_json: str,
+    chunking_json: str,
+    batch_id: str | None,
+    now: int,
+) -> None:
+    # Imported here: re-indexing is built on this module's attach and remove.
+    from services.store import reindex
+
+    active = reindex.shadow_of_collection(conn, key)
+    if active is not None:
+        attach_in_transaction(
+            conn,
+            active.shadow,
+            "",
+            file_id,
+            attributes_json=attributes_json,
+            chunking_json=reindex.shadow_chunking(active, chunking_json),
+            batch_id=batch_id,
+            now=now,
+            mirror=False,
+        )
 
 
 def attach(
@@ -329,11 +360,18 @@ def update_attributes(
             "UPDATE collection_files SET attributes = ? WHERE collection_id = ? AND file_id = ?",
             (attributes_json, key, file_id),
         )
+        from services.store import reindex  # see _mirror_attach
+
+        reindex.mirror_attributes(conn, key, file_id, attributes_json)
         return fetch(conn, key, collection_id, file_id)
 
 
-def remove(conn: apsw.Connection, key: int, file_id: str) -> None:
-    """Removes a file's row, chunks, vectors and jobs from a collection (inside a transaction)."""
+def remove(conn: apsw.Connection, key: int, file_id: str, now: int) -> None:
+    """Removes a file's row, chunks, vectors and jobs from a collection (inside a transaction),
+    and from the collection's re-index in progress; may end that re-index (reindex.settle)."""
+    from services.store import reindex  # see _mirror_attach
+
+    reindex.mirror_remove(conn, key, file_id, now)
     row = conn.execute(
         "SELECT chunk_count, usage_bytes FROM collection_files"
         " WHERE collection_id = ? AND file_id = ?",
@@ -352,13 +390,14 @@ def remove(conn: apsw.Connection, key: int, file_id: str) -> None:
         " usage_bytes = usage_bytes - ? WHERE id = ?",
         (chunk_count, usage, key),
     )
+    reindex.settle(conn, key, now)
 
 
-def detach(conn: apsw.Connection, *, collection_id: str, file_id: str) -> None:
+def detach(conn: apsw.Connection, *, collection_id: str, file_id: str, now: int) -> None:
     with atomic(conn):
         key, _ = catalog.lookup(conn, collection_id)
         fetch(conn, key, collection_id, file_id)
-        remove(conn, key, file_id)
+        remove(conn, key, file_id, now)
 
 
 def chunks(

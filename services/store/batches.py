@@ -9,7 +9,7 @@ from typing import cast
 import apsw
 
 from services.common.vocabulary import MAX_BATCH_FILES
-from services.store import attachments, catalog, ingest
+from services.store import attachments, catalog, ingest, reindex
 from services.store.compat import check_indexing
 from services.store.db import atomic
 from services.store.errors import BatchNotFound, FileNotFound, InvalidArgument
@@ -120,15 +120,23 @@ def cancel(conn: apsw.Connection, *, collection_id: str, batch_id: str, now: int
         batch = _load(conn, key, collection_id, batch_id)
         if batch.status != "in_progress":
             return batch
-        conn.execute(
-            "DELETE FROM jobs WHERE collection_id = ? AND file_id IN (SELECT file_id FROM"
-            " collection_files WHERE batch_id = ? AND status = 'in_progress')",
-            (key, batch_id),
+        # The batch's files in progress, here and in the new index of a re-index under way.
+        active = reindex.shadow_of_collection(conn, key)
+        keys = (key, active.shadow if active else key)
+        cancelled = (
+            "SELECT file_id FROM collection_files WHERE collection_id = ? AND batch_id = ?"
+            " AND status = 'in_progress'"
         )
         conn.execute(
-            "UPDATE collection_files SET status = 'cancelled'"
-            " WHERE batch_id = ? AND status = 'in_progress'",
-            (batch_id,),
+            f"DELETE FROM jobs WHERE collection_id IN (?, ?) AND file_id IN ({cancelled})",
+            (*keys, key, batch_id),
+        )
+        conn.execute(
+            "UPDATE collection_files SET status = 'cancelled' WHERE collection_id IN (?, ?)"
+            f" AND status = 'in_progress' AND file_id IN ({cancelled})",
+            (*keys, key, batch_id),
         )
         conn.execute("UPDATE file_batches SET cancelled_at = ? WHERE id = ?", (now, batch_id))
+        if active is not None:
+            reindex.settle(conn, active.shadow, now)
         return _load(conn, key, collection_id, batch_id)

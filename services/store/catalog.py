@@ -77,7 +77,8 @@ def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
 def lookup(conn: apsw.Connection, collection_id: str) -> tuple[int, Collection]:
     """Returns the collection's integer key and record; raises CollectionNotFound."""
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM collections WHERE public_id = ?", (collection_id,)
+        f"SELECT {_COLUMNS} FROM collections WHERE public_id = ? AND shadow_of IS NULL",
+        (collection_id,),
     ).fetchone()
     if row is None:
         raise CollectionNotFound(collection_id)
@@ -210,7 +211,8 @@ def list_page(
     if order not in ("asc", "desc"):
         raise InvalidArgument(f"order must be 'asc' or 'desc', got {order!r}")
     ascending = order == "asc"
-    conditions: list[str] = []
+    # A re-index's shadow (reindex.py) is not a vector store of its own.
+    conditions: list[str] = ["shadow_of IS NULL"]
     params: list[int | str] = []
     if name is not None:
         conditions.append("name = ?")
@@ -224,7 +226,7 @@ def list_page(
     # With only `before`, walk backwards from the cursor and flip the page afterwards.
     backwards = bool(before) and not after
     sql_ascending = ascending != backwards
-    where = f"WHERE {' AND '.join(conditions)}" if conditions else ""
+    where = f"WHERE {' AND '.join(conditions)}"
     direction = "ASC" if sql_ascending else "DESC"
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM collections {where} ORDER BY id {direction} LIMIT ?",
@@ -237,7 +239,9 @@ def list_page(
 
 
 def _cursor_key(conn: apsw.Connection, cursor: str, name: str) -> int:
-    row = conn.execute("SELECT id FROM collections WHERE public_id = ?", (cursor,)).fetchone()
+    row = conn.execute(
+        "SELECT id FROM collections WHERE public_id = ? AND shadow_of IS NULL", (cursor,)
+    ).fetchone()
     if row is None:
         raise InvalidArgument(
             f"{name} cursor {cursor!r} is not an existing vector store id (it may have been "
@@ -254,12 +258,25 @@ def delete(conn: apsw.Connection, collection_id: str) -> None:
     """
     with atomic(conn):
         key, _ = lookup(conn, collection_id)
-        conn.execute("DELETE FROM chunks WHERE collection_id = ?", (key,))
-        conn.execute("DELETE FROM jobs WHERE collection_id = ?", (key,))
-        conn.execute("DELETE FROM collection_files WHERE collection_id = ?", (key,))
-        conn.execute("DELETE FROM file_batches WHERE collection_id = ?", (key,))
-        conn.execute("DELETE FROM collections WHERE id = ?", (key,))
-        vector_index.drop_tables(conn, key)
+        drop(conn, key)
+
+
+def drop(conn: apsw.Connection, key: int) -> None:
+    """Deletes a collection by key inside a transaction, with the re-index it has in progress
+    (its shadow, reindex.py) and its re-index records."""
+    shadows: list[Any] = conn.execute(
+        "SELECT id FROM collections WHERE shadow_of = ?", (key,)
+    ).fetchall()
+    for (shadow,) in shadows:
+        drop(conn, int(shadow))
+    conn.execute("DELETE FROM reindexes WHERE collection_id = ?", (key,))
+    conn.execute("UPDATE reindexes SET shadow_id = NULL WHERE shadow_id = ?", (key,))
+    conn.execute("DELETE FROM chunks WHERE collection_id = ?", (key,))
+    conn.execute("DELETE FROM jobs WHERE collection_id = ?", (key,))
+    conn.execute("DELETE FROM collection_files WHERE collection_id = ?", (key,))
+    conn.execute("DELETE FROM file_batches WHERE collection_id = ?", (key,))
+    conn.execute("DELETE FROM collections WHERE id = ?", (key,))
+    vector_index.drop_tables(conn, key)
 
 
 # Vector stores named per model in a status: enough to find them, bounded for a health probe.

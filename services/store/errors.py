@@ -95,3 +95,11 @@ class ResponseNotFound(StoreError):
 
 class ResponseExists(StoreError):
     """A response of that id was recorded already (a retried turn)."""
+
+
+class ReindexRunning(StoreError):
+    """A collection has at most one re-index in progress."""
+
+
+class NoReindex(StoreError):
+    """Cancel asked for a collection with no re-index in progress."""

@@ -117,7 +117,7 @@ def list_page(
     return Page(items=[_to_file(row) for row in rows], has_more=has_more)
 
 
-def delete(conn: apsw.Connection, file_id: str) -> None:
+def delete(conn: apsw.Connection, file_id: str, now: int) -> None:
     """Removes the file from every collection (chunks, vectors, jobs), then the file itself."""
     with atomic(conn):
         lookup(conn, file_id)
@@ -125,6 +125,7 @@ def delete(conn: apsw.Connection, file_id: str) -> None:
             "SELECT collection_id FROM collection_files WHERE file_id = ?", (file_id,)
         ).fetchall()
         for (key,) in keys:
-            attachments.remove(conn, cast(int, key), file_id)
+            # A shadow's row may already be gone with its collection's (reindex.py).
+            attachments.remove(conn, cast(int, key), file_id, now)
         conn.execute("DELETE FROM file_contents WHERE file_id = ?", (file_id,))
         conn.execute("DELETE FROM files WHERE id = ?", (file_id,))

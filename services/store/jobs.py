@@ -17,7 +17,7 @@ import apsw
 
 from services.common.vectors import FloatMatrix
 from services.common.vocabulary import FILE_ERROR_CODES
-from services.store import attachments, catalog, ingest
+from services.store import attachments, catalog, ingest, reindex
 from services.store.compat import check_indexing, check_served
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, JobNotFound, LeaseLost, ModelMismatch
@@ -78,7 +78,7 @@ def _check_lease_args(worker_id: str, lease_seconds: int) -> None:
 
 
 def _fail_file(
-    conn: apsw.Connection, job_id: int, key: int, file_id: str, code: str, message: str
+    conn: apsw.Connection, job_id: int, key: int, file_id: str, code: str, message: str, now: int
 ) -> None:
     conn.execute(
         "UPDATE collection_files SET status = 'failed', last_error_code = ?,"
@@ -86,6 +86,7 @@ def _fail_file(
         (code, message[:MAX_ERROR_MESSAGE], key, file_id),
     )
     conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
+    reindex.settle(conn, key, now)
 
 
 def claim(
@@ -96,6 +97,7 @@ def claim(
     lease_seconds: int,
     now: int,
     models: Sequence[EmbeddingModel] = (),
+    waiting: Sequence[str] = (),
     max_attempts: int = MAX_ATTEMPTS,
 ) -> list[ClaimedJob]:
     """Leases up to max_jobs jobs to the worker, with their files' contents.
@@ -104,17 +106,22 @@ def claim(
     never share one. A job whose lease expired after its last allowed attempt is not handed
     out again: its file fails (the workers keep dying on it). With `models` (what the worker
     embeds with), a job of a collection indexed with another model fails too, in the words
-    of the model rule (compat.check_served), rather than being embedded with the wrong one.
+    of the model rule (compat.check_served), rather than being embedded with the wrong one;
+    a job of a `waiting` model (served, but its embedders are down) is left for later.
     """
     _check_lease_args(worker_id, lease_seconds)
     if not 1 <= max_jobs <= MAX_CLAIM:
         raise InvalidArgument(f"max_jobs must be 1..{MAX_CLAIM}, got {max_jobs}")
     claimed: list[ClaimedJob] = []
+    later = sorted({name.lower() for name in waiting})
+    sql = _CLAIMABLE_SQL.replace(
+        "ORDER BY", f"AND lower(c.model) NOT IN ({', '.join('?' * len(later))})\nORDER BY"
+    )
     with atomic(conn):
         budget = MAX_CLAIM_BYTES
         while len(claimed) < max_jobs:
             rows: list[tuple[Any, ...]] = conn.execute(
-                _CLAIMABLE_SQL, (now, now, max_jobs - len(claimed))
+                sql, (now, now, *later, max_jobs - len(claimed))
             ).fetchall()
             if not rows:
                 break
@@ -124,13 +131,13 @@ def claim(
                         f"indexing was abandoned {attempts} times (its worker stopped "
                         "responding); attach the file again to retry"
                     )
-                    _fail_file(conn, job_id, key, file_id, "server_error", message)
+                    _fail_file(conn, job_id, key, file_id, "server_error", message, now)
                     continue
                 if models and EmbeddingModel(model, dimensions) not in models:
                     try:
                         check_served(catalog.lookup_key(conn, key), models)
                     except ModelMismatch as error:
-                        _fail_file(conn, job_id, key, file_id, "server_error", str(error))
+                        _fail_file(conn, job_id, key, file_id, "server_error", str(error), now)
                         continue
                 if claimed and size > budget:
                     return claimed
@@ -233,7 +240,9 @@ def complete(
             (len(chunks), usage, now, job.key),
         )
         conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
-        return attachments.fetch(conn, job.key, collection.id, job.file_id)
+        record = attachments.fetch(conn, job.key, collection.id, job.file_id)
+        reindex.settle(conn, job.key, now)
+        return record
 
 
 def fail(
@@ -270,6 +279,6 @@ def fail(
                 (now + retry_after_seconds, int(keep_attempt), job_id),
             )
         else:
-            _fail_file(conn, job_id, job.key, job.file_id, code, message)
+            _fail_file(conn, job_id, job.key, job.file_id, code, message, now)
         collection = catalog.lookup_key(conn, job.key)
         return attachments.fetch(conn, job.key, collection.id, job.file_id)

@@ -298,6 +298,37 @@ CREATE TRIGGER items_vectors_update AFTER UPDATE OF text ON items BEGIN
 END;
 """
 
+# Re-indexing (reindex.py): a collection's new index is built in a hidden collection (its
+# `shadow_of` names the one it will replace) by ordinary ingest jobs; when its last file is
+# done, one transaction gives it the public identity and drops the old one. `reindexes`
+# records each re-index of a collection: its target, progress when it ended, and why it failed.
+_V7_REINDEX = """
+ALTER TABLE collections ADD COLUMN shadow_of INTEGER REFERENCES collections (id);
+CREATE INDEX collections_shadow ON collections (shadow_of);
+
+CREATE TABLE reindexes (
+    id               INTEGER PRIMARY KEY,
+    collection_id    INTEGER NOT NULL REFERENCES collections (id),
+    shadow_id        INTEGER REFERENCES collections (id),
+    status           TEXT    NOT NULL
+                     CHECK (status IN ('in_progress', 'completed', 'failed', 'cancelled')),
+    from_model       TEXT    NOT NULL,
+    from_dimensions  INTEGER NOT NULL,
+    model            TEXT    NOT NULL,
+    dimensions       INTEGER NOT NULL,
+    chunking_json    TEXT    NOT NULL DEFAULT '',
+    max_chunk_tokens INTEGER NOT NULL DEFAULT 0,
+    created_at       INTEGER NOT NULL,
+    finished_at      INTEGER NOT NULL DEFAULT 0,
+    files_total      INTEGER NOT NULL DEFAULT 0,
+    files_completed  INTEGER NOT NULL DEFAULT 0,
+    files_failed     INTEGER NOT NULL DEFAULT 0,
+    last_error       TEXT    NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX reindexes_collection ON reindexes (collection_id, id);
+CREATE INDEX reindexes_shadow ON reindexes (shadow_id);
+"""
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -305,6 +336,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V4_CACHE_AND_AUDIT),
     _script(_V5_VECTOR_INDEX),
     _script(_V6_CONVERSATIONS),
+    _script(_V7_REINDEX),
 ]
 
 

@@ -54,6 +54,25 @@ class Collection:
     # How vector searches run: "exact", "building" (a coarse index, searches still exact)
     # or "coarse" (coarse + exact rescoring; see vector_index.py).
     vector_index: str = "exact"
+    # The latest re-index (reindex.py), if any.
+    reindex: Reindex | None = None
+
+
+@dataclass(frozen=True)
+class Reindex:
+    """A re-index of a collection to another model or chunking: in_progress until every file
+    is indexed anew (then completed: the collection switched) or it failed or was cancelled
+    (the collection kept its old index)."""
+
+    status: str
+    from_model: str
+    from_dimensions: int
+    model: str
+    dimensions: int
+    created_at: int
+    finished_at: int
+    file_counts: FileCounts
+    last_error: str = ""
 
 
 @dataclass(frozen=True)

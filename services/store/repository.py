@@ -32,11 +32,12 @@ from services.store import (
     jobs,
     maintenance,
     migrations,
+    reindex,
     responses,
     search,
     vector_index,
 )
-from services.store.db import ThreadConnections
+from services.store.db import ThreadConnections, atomic
 from services.store.disk import DiskWatch
 from services.store.errors import MaintenanceRunning
 from services.store.records import (
@@ -194,7 +195,30 @@ class Repository:
         )
 
     def get_collection(self, collection_id: str) -> Collection:
-        return catalog.lookup(self._conn(), collection_id)[1]
+        with atomic(self._conn(), write=False):
+            return reindex.lookup(self._conn(), collection_id)
+
+    # Re-indexing (reindex.py)
+
+    def start_reindex(
+        self,
+        collection_id: str,
+        model: EmbeddingModel,
+        chunking: Chunking | None = None,
+        max_chunk_tokens: int = 0,
+    ) -> Collection:
+        return reindex.start(
+            self._conn(),
+            collection_id=collection_id,
+            model=model.name,
+            dimensions=model.dimensions,
+            chunking=chunking,
+            max_chunk_tokens=max_chunk_tokens,
+            now=self._now(),
+        )
+
+    def cancel_reindex(self, collection_id: str) -> Collection:
+        return reindex.cancel(self._conn(), collection_id=collection_id, now=self._now())
 
     def list_collections(
         self,
@@ -285,7 +309,7 @@ class Repository:
 
     def delete_file(self, file_id: str) -> None:
         """Deletes the file and removes it from every collection."""
-        files.delete(self._conn(), file_id)
+        files.delete(self._conn(), file_id, self._now())
 
     # Files in collections
 
@@ -345,7 +369,9 @@ class Repository:
         )
 
     def detach_file(self, collection_id: str, file_id: str) -> None:
-        attachments.detach(self._conn(), collection_id=collection_id, file_id=file_id)
+        attachments.detach(
+            self._conn(), collection_id=collection_id, file_id=file_id, now=self._now()
+        )
 
     def get_collection_file_chunks(
         self, collection_id: str, file_id: str
@@ -384,6 +410,7 @@ class Repository:
         max_jobs: int,
         lease_seconds: int,
         models: Sequence[EmbeddingModel] = (),
+        waiting: Sequence[str] = (),
     ) -> list[ClaimedJob]:
         return jobs.claim(
             self._conn(),
@@ -392,6 +419,7 @@ class Repository:
             lease_seconds=lease_seconds,
             now=self._now(),
             models=models,
+            waiting=waiting,
             max_attempts=self._max_attempts,
         )
 

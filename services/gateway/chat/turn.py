@@ -10,7 +10,6 @@ failed (the upstream failed: the user's input and a failed response are kept).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -28,8 +27,9 @@ from services.gateway.chat.context import Passage
 from services.gateway.chat.items import HEAD, ChatItem, stored
 from services.gateway.chat.record import in_background, record, usage
 from services.gateway.chat.upstream import ChatUpstream
-from services.gateway.clients import EmbedderClient, Store
-from services.gateway.search import Deadlines, Search, query_vectors, search_embedded
+from services.gateway.clients import Store
+from services.gateway.embedders import Embedders
+from services.gateway.search import Deadlines, Search, search_many
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -391,7 +391,7 @@ async def prepare(
     request: TurnRequest,
     *,
     upstream: ChatUpstream,
-    embedder: EmbedderClient,
+    embedders: Embedders,
     store: Store,
     deadlines: Deadlines,
 ) -> Turn:
@@ -410,7 +410,7 @@ async def prepare(
     searched = None
     if request.tools:
         queries = [_query(request.inputs)]
-        passages = await _file_search(request.tools, queries[0], embedder, store, deadlines)
+        passages = await _file_search(request.tools, queries[0], embedders, store, deadlines)
         searched = ChatItem(
             "file_search_call",
             body={
@@ -453,7 +453,7 @@ def _query(inputs: Sequence[ChatItem]) -> str:
 async def _file_search(
     tools: Sequence[FileSearchTool],
     query: str,
-    embedder: EmbedderClient,
+    embedders: Embedders,
     store: Store,
     deadlines: Deadlines,
 ) -> list[Passage]:
@@ -469,14 +469,8 @@ async def _file_search(
         for tool in tools
         for store_id in tool.vector_store_ids
     ]
-    # One embedding of the query for every store (it falls back to lexical for all at once).
-    mode, vectors = await query_vectors(embedder, [query], VECTOR, deadlines.embed)
-    found = await asyncio.gather(
-        *(
-            search_embedded(store, one, one.mode if vectors else mode, vectors, deadlines)
-            for one in asked
-        )
-    )
+    # One embedding of the query per model for every store (lexical where it is down).
+    found = await search_many(embedders, store, asked, deadlines)
     hits = [hit for result in found for hit in result.hits]
     limit = max(tool.max_num_results for tool in tools)
     best = sorted(hits, key=lambda hit: hit.score, reverse=True)[:limit]

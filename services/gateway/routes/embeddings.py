@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
 from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.errors import InvalidRequest, invalid
-from services.gateway.models import check_embeddings_model
+from services.gateway.models import embeddings_model
 from services.gateway.params import json_body, optional_str
 from services.gateway.routes import services
 
@@ -81,8 +81,7 @@ async def embeddings(request: Request) -> JSONResponse:
     encoding = optional_str(body, "encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise invalid("'encoding_format' must be 'float' or 'base64'", param="encoding_format")
-    info = await deps.embedder.info()
-    check_embeddings_model(optional_str(body, "model"), info)
+    embedder, info = await embeddings_model(optional_str(body, "model"), deps.embedders)
     dimensions = body.get("dimensions")
     if dimensions is not None and dimensions != info.dimensions:
         raise invalid(
@@ -96,9 +95,9 @@ async def embeddings(request: Request) -> JSONResponse:
         truncate = False
     if not isinstance(truncate, bool):
         raise invalid("'truncate' must be true or false", param="truncate", code="invalid_type")
-    await _check_total_tokens(deps.embedder, texts, info, truncate)
+    await _check_total_tokens(embedder, texts, info, truncate)
     try:
-        result = await deps.embedder.embed(texts, truncate=truncate)
+        result = await embedder.embed(texts, truncate=truncate)
     except InvalidRequest as error:
         if error.code == "context_length_exceeded":
             error.message += ' ("truncate": true embeds its first tokens)'
@@ -128,6 +127,8 @@ async def embeddings(request: Request) -> JSONResponse:
 
 
 async def models(request: Request) -> JSONResponse:
-    info = await services(request).embedder.info()
-    model = {"id": info.name, "object": "model", "created": _STARTED, "owned_by": "ragd"}
-    return JSONResponse({"object": "list", "data": [model]})
+    names = await services(request).embedders.names()
+    data = [
+        {"id": name, "object": "model", "created": _STARTED, "owned_by": "ragd"} for name in names
+    ]
+    return JSONResponse({"object": "list", "data": data})

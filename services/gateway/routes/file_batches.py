@@ -21,7 +21,7 @@ from services.pb import store_pb2
 async def create_batch(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request)
-    model = await deps.embedder.info()
+    model = await deps.attacher.model(request.path_params["store_id"])
     file_ids, files = body.get("file_ids"), body.get("files")
     if (file_ids is None) == (files is None):
         raise invalid("send either 'file_ids' or 'files', not both", param="file_ids")

@@ -21,23 +21,30 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def ready(request: Request) -> JSONResponse:
-    """200 only when both the embedder and the store report SERVING; each shown separately,
-    with the store's disk (a full one refuses writes, but searches go on: still ready)."""
+    """200 only when the default model's embedder and the store report SERVING; each shown
+    separately (with several models, each model's embedders under `embedders`: one down makes
+    its stores' searches lexical, not the stack unready), with the store's disk (a full one
+    refuses writes, but searches go on: still ready)."""
     deps = services(request)
-    embedder, store = await asyncio.gather(
-        check_health(deps.embedder.channel), check_health(deps.store_channel)
+    store, *embedders = await asyncio.gather(
+        check_health(deps.store_channel),
+        *(check_health(client.channel) for client in deps.embedders.clients),
     )
+    embedder = embedders[0]
     is_ready = embedder == "SERVING" and store == "SERVING"
     body: dict[str, Any] = {
         "status": "ready" if is_ready else "not_ready",
         "embedder": embedder,
         "store": store,
     }
+    if len(embedders) > 1:
+        names = deps.embedders.configured_names
+        body["embedders"] = dict(zip(names, embedders, strict=True))
     if store == "SERVING":
         try:
             served = []
-            if embedder == "SERVING":
-                served = [store_model(await deps.embedder.info(timeout=2.0))]
+            if "SERVING" in embedders:
+                served = [store_model(info) for info in await deps.embedders.served(timeout=2.0)]
             status = await deps.store.GetStatus(
                 store_pb2.GetStatusRequest(served=served), timeout=2.0
             )

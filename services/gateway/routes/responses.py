@@ -49,7 +49,7 @@ async def create_response(request: Request) -> Response:
     turn = await prepare(
         asked,
         upstream=chat,
-        embedder=deps.embedder,
+        embedders=deps.embedders,
         store=deps.store,
         deadlines=Deadlines(config.search_embed_timeout, config.search_store_timeout),
     )

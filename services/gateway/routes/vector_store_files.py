@@ -51,7 +51,8 @@ async def attach_file(request: Request) -> JSONResponse:
         content = attach.Upload(upload.filename, upload.content)
     item = attach.Attachment(
         strategy=resolve_chunking(
-            form_json(fields, "chunking_strategy"), await deps.embedder.info()
+            form_json(fields, "chunking_strategy"),
+            await deps.attacher.model(request.path_params["store_id"]),
         ),
         file_id=file_id,
         upload=content,

@@ -23,7 +23,7 @@ from services.gateway.attributes import attributes_python
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
-from services.gateway.models import check_store_model
+from services.gateway.models import new_store_model
 from services.gateway.params import (
     json_body,
     metadata,
@@ -64,8 +64,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
     file_ids = body.get("file_ids") or []
     if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
         raise invalid("'file_ids' must be an array of file ids", param="file_ids")
-    model = await deps.embedder.info()
-    check_store_model(body.get("embedding_model"), model)
+    _, model = await new_store_model(body.get("embedding_model"), deps.embedders)
     chunking = resolve_chunking(body.get("chunking_strategy"), model)
     collection = await deps.store.CreateCollection(
         store_pb2.CreateCollectionRequest(
@@ -189,7 +188,7 @@ async def search_vector_store(request: Request) -> JSONResponse:
     asked = _search_request(request.path_params["store_id"], await json_body(request))
     config = deps.config
     deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
-    found = await search(deps.embedder, deps.store, asked, deadlines)
+    found = await search(deps.embedders, deps.store, asked, deadlines)
     data = [
         {
             "file_id": hit.file_id,

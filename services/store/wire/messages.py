@@ -125,7 +125,7 @@ def file_counts_message(counts: FileCounts) -> pb.FileCounts:
 
 
 def collection_message(collection: Collection) -> pb.Collection:
-    return pb.Collection(
+    message = pb.Collection(
         id=collection.id,
         name=collection.name,
         created_at=collection.created_at,
@@ -142,6 +142,21 @@ def collection_message(collection: Collection) -> pb.Collection:
         expires_at=collection.expires_at,
         vector_index=collection.vector_index,
     )
+    if (reindex := collection.reindex) is not None:
+        message.reindex.CopyFrom(
+            pb.Reindex(
+                status=reindex.status,
+                from_model=pb.EmbeddingModel(
+                    name=reindex.from_model, dimensions=reindex.from_dimensions
+                ),
+                model=pb.EmbeddingModel(name=reindex.model, dimensions=reindex.dimensions),
+                created_at=reindex.created_at,
+                finished_at=reindex.finished_at,
+                file_counts=file_counts_message(reindex.file_counts),
+                last_error=reindex.last_error,
+            )
+        )
+    return message
 
 
 def hit_message(hit: SearchHit) -> pb.SearchHit:

@@ -28,6 +28,8 @@ from services.store.errors import (
     LeaseLost,
     MaintenanceRunning,
     ModelMismatch,
+    NoReindex,
+    ReindexRunning,
     ResponseExists,
     ResponseNotFound,
     StorageFull,
@@ -44,6 +46,9 @@ INTERNAL_MESSAGE = "internal error in the store; see the store's log"
 # Trailing metadata of a write refused for a full disk.
 REASON_KEY = "ragd-reason"
 STORAGE_FULL = "storage-full"
+# ... and of vectors or a query refused by the model rule: a gateway serving several models
+# looks the collection's model up again (it changes when a re-index switches).
+MODEL_MISMATCH = "model-mismatch"
 
 _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (CollectionNotFound, grpc.StatusCode.NOT_FOUND),
@@ -61,6 +66,8 @@ _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (LeaseLost, grpc.StatusCode.FAILED_PRECONDITION),
     (BackupExists, grpc.StatusCode.ALREADY_EXISTS),
     (MaintenanceRunning, grpc.StatusCode.ABORTED),
+    (ReindexRunning, grpc.StatusCode.ABORTED),
+    (NoReindex, grpc.StatusCode.FAILED_PRECONDITION),
 ]
 
 
@@ -97,6 +104,10 @@ class RpcBase:
                 log.exception("store request failed")
                 await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
             await _abort_full(context, disk.refused())
+        except (ModelMismatch, DimensionMismatch) as error:
+            await context.abort(
+                status_for(error), str(error), trailing_metadata=((REASON_KEY, MODEL_MISMATCH),)
+            )
         except StoreError as error:
             await context.abort(status_for(error), str(error))
         except apsw.BusyError:

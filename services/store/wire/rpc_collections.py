@@ -7,13 +7,16 @@ from services.common.vectors import check_size
 from services.common.vocabulary import LEXICAL, VECTOR
 from services.pb import store_pb2 as pb
 from services.store.errors import InvalidArgument
+from services.store.records import EmbeddingModel
 from services.store.wire.messages import (
     attributes_from_message,
+    chunking_from_message,
     chunks_from_message,
     collection_message,
     decode_vectors,
     filter_from_message,
     hit_message,
+    model_from_message,
 )
 from services.store.wire.rpc_base import (
     RpcBase,
@@ -58,6 +61,28 @@ class CollectionRpcs(RpcBase):
                 ),
             ),
         )
+        return collection_message(collection)
+
+    async def StartReindex(
+        self, request: pb.StartReindexRequest, context: Context
+    ) -> pb.Collection:
+        # An absent model is refused by the re-index itself, in its words.
+        model = model_from_message(request.model, request.HasField("model"))
+        collection = await self._call(
+            context,
+            lambda: self._repository.start_reindex(
+                request.collection_id,
+                model or EmbeddingModel("", 0),
+                chunking_from_message(request.chunking, request.HasField("chunking")),
+                request.max_chunk_tokens,
+            ),
+        )
+        return collection_message(collection)
+
+    async def CancelReindex(
+        self, request: pb.GetCollectionRequest, context: Context
+    ) -> pb.Collection:
+        collection = await self._call(context, lambda: self._repository.cancel_reindex(request.id))
         return collection_message(collection)
 
     async def ListCollections(

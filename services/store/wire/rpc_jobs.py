@@ -28,6 +28,7 @@ class JobRpcs(RpcBase):
                 max_jobs=request.max_jobs or 1,
                 lease_seconds=request.lease_seconds or DEFAULT_LEASE_SECONDS,
                 models=[EmbeddingModel(m.name, m.dimensions) for m in request.models],
+                waiting=list(request.waiting_models),
             ),
         )
         return pb.ClaimJobsResponse(jobs=[job_message(job) for job in claimed])
