@@ -165,6 +165,8 @@ class Stack:
     log_dir: Path | None = None
     children: dict[str, Child] = field(default_factory=dict)
     replicas: dict[str, str] = field(default_factory=dict)
+    # Settings of one child only (child name -> variables), e.g. another model's embedder.
+    child_env: dict[str, dict[str, str]] = field(default_factory=dict)
     # What each child reported when it was started on port 0: child name -> kind -> port.
     bound: dict[str, dict[str, int]] = field(default_factory=dict)
     # Where the children write their ports files; made when first needed, removed by stop().
@@ -225,11 +227,11 @@ class Stack:
                 env["RAGD_INGEST_LISTEN"] = addresses["ingest"]
             env.setdefault("RAGD_STORE_TARGET", self.store_target)
             env.setdefault("RAGD_EMBEDDER_TARGET", ",".join(self.embedders.values()))
-            return env
+            return {**env, **self.child_env.get(name, {})}
         variable = (
             "RAGD_EMBEDDER_LISTEN" if name in self.replicas else f"RAGD_{name.upper()}_LISTEN"
         )
-        return {**self.env, variable: addresses["grpc"]}
+        return {**self.env, **self.child_env.get(name, {}), variable: addresses["grpc"]}
 
     def start_service(self, name: str, timeout: float = 120.0) -> Child:
         """Starts (or restarts, on the same ports) a service or an embedder replica by its

@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from services.cli import chat as chat_session
 from services.cli import ingest as ingest_run
+from services.cli import reindex as reindex_run
 from services.cli import render
 from services.cli.walk import collect
 from services.client.chat import ChatClient
@@ -185,6 +186,63 @@ def index_drop(settings: Settings, name: str) -> None:
         store = rest.resolve(name)
         rest.delete_vector_store(store.id)
     out.print(f"dropped index [bold]{escape(store.name)}[/] ({store.id})")
+
+
+@index.command("reindex")
+@name_option
+@click.option("--model", "-m", required=True, help="The served model to re-index with.")
+@click.option(
+    "--chunk-tokens", type=click.IntRange(100, 4096), help="New chunk size (default: each file's)."
+)
+@click.option("--overlap-tokens", type=click.IntRange(0, 2048), help="New chunk overlap.")
+@click.option("--no-wait", is_flag=True, help="Start it and return; progress shows in `stats`.")
+@click.option("--cancel", is_flag=True, help="Stop the re-index in progress instead.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.pass_obj
+def index_reindex(
+    settings: Settings,
+    name: str,
+    model: str,
+    chunk_tokens: int | None,
+    overlap_tokens: int | None,
+    no_wait: bool,
+    cancel: bool,
+    quiet: bool,
+) -> None:
+    """Re-index with another embedding model (or chunking), online.
+
+    Searches keep using the old index until every file is indexed anew; then the index
+    switches in one step. A failure keeps the old index. Interrupting this command does not
+    stop the re-index (use --cancel).
+    """
+    chunking = None
+    if chunk_tokens is not None:
+        overlap = overlap_tokens if overlap_tokens is not None else min(chunk_tokens // 4, 400)
+        static = {"max_chunk_size_tokens": chunk_tokens, "chunk_overlap_tokens": overlap}
+        chunking = {"type": "static", "static": static}
+    with settings.rest() as rest:
+        store = rest.resolve(name)
+        if cancel:
+            rest.cancel_reindex(store.id)
+            out.print(f"cancelled the re-index of [bold]{escape(store.name)}[/]")
+            return
+        started = rest.reindex(store.id, model, chunking)
+        if no_wait:
+            out.print(f"re-indexing [bold]{escape(store.name)}[/] with {escape(model)}")
+            return
+        state = reindex_run.wait(rest, started, err, show_progress=not quiet)
+    if state.get("status") != "completed":
+        err.print(
+            f"[bold red]error:[/] the re-index ended {state.get('status')}: "
+            f"{escape(str(state.get('last_error') or ''))}",
+            soft_wrap=True,
+        )
+        sys.exit(Exit.FAILED)
+    counts = state.get("file_counts") or {}
+    out.print(
+        f"re-indexed [bold]{escape(store.name)}[/] with {escape(model)}: "
+        f"{counts.get('completed', 0)} files"
+    )
 
 
 @index.command("ingest")

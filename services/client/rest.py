@@ -156,6 +156,20 @@ class RestClient:
     def get_vector_store(self, store_id: str) -> VectorStore:
         return VectorStore.from_json(self.request("GET", f"/v1/vector_stores/{store_id}"))
 
+    def reindex(
+        self, store_id: str, model: str, chunking: dict[str, Any] | None = None
+    ) -> VectorStore:
+        """Starts re-indexing the store with `model` (ragd extension); see `reindex` on it."""
+        body: dict[str, Any] = {"embedding_model": model}
+        if chunking is not None:
+            body["chunking_strategy"] = chunking
+        path = f"/v1/vector_stores/{store_id}/reindex"
+        return VectorStore.from_json(self.request("POST", path, json=body))
+
+    def cancel_reindex(self, store_id: str) -> VectorStore:
+        path = f"/v1/vector_stores/{store_id}/reindex/cancel"
+        return VectorStore.from_json(self.request("POST", path, json={}))
+
     def delete_vector_store(self, store_id: str) -> bool:
         reply = self.request("DELETE", f"/v1/vector_stores/{store_id}")
         return bool(reply.get("deleted"))

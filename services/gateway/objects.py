@@ -50,6 +50,23 @@ def vector_store(collection: store_pb2.Collection, now: float | None = None) -> 
         "chunk_count": collection.chunk_count,
         # Extension: "exact", "building" or "coarse" (large stores; see the README).
         "vector_index": collection.vector_index,
+        # Extension: the latest re-index (POST /v1/vector_stores/{id}/reindex), if any.
+        "reindex": reindex(collection.reindex) if collection.HasField("reindex") else None,
+    }
+
+
+def reindex(item: store_pb2.Reindex) -> dict[str, Any]:
+    return {
+        "status": item.status,
+        "from_embedding_model": {
+            "name": item.from_model.name,
+            "dimensions": item.from_model.dimensions,
+        },
+        "embedding_model": {"name": item.model.name, "dimensions": item.model.dimensions},
+        "created_at": item.created_at,
+        "finished_at": item.finished_at or None,
+        "file_counts": file_counts(item.file_counts),
+        "last_error": item.last_error or None,
     }
 
 

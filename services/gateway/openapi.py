@@ -129,6 +129,14 @@ OPERATIONS: dict[Endpoint, Operation] = {
     vector_stores.search_vector_store: Operation(
         "Search a vector store", "SearchPage", "SearchRequest"
     ),
+    vector_stores.reindex_vector_store: Operation(
+        "Re-index a vector store with another model or chunking (ragd extension)",
+        "VectorStore",
+        "VectorStoreReindex",
+    ),
+    vector_stores.cancel_reindex: Operation(
+        "Cancel a vector store's re-index (ragd extension)", "VectorStore"
+    ),
     vector_store_files.attach_file: Operation(
         "Attach a file (ingested asynchronously)",
         "VectorStoreFile",

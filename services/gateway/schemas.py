@@ -67,6 +67,14 @@ ATTRIBUTES = {
     "propertyNames": {"maxLength": v.MAX_KEY_CHARS},
     "additionalProperties": ATTRIBUTE,
 }
+_EMBEDDING_MODEL = {
+    "description": "ragd extension: the model to index with, by name or as the vector store "
+    "shows it; one the server serves (GET /v1/models), else a 400",
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        obj(["name"], name={"type": "string", "minLength": 1}, dimensions=INT),
+    ],
+}
 _EXPIRES_AFTER = obj(
     ["anchor", "days"],
     anchor={"const": "last_active_at"},
@@ -205,14 +213,26 @@ SCHEMAS: dict[str, Schema] = {
         file_ids={"type": "array", "items": STRING},
         chunking_strategy=ref("ChunkingStrategy"),
         expires_after=_EXPIRES_AFTER,
-        embedding_model={
-            "description": "ragd extension: the model to index with, by name or as the "
-            "vector store shows it; one the server serves (GET /v1/models), else a 400",
-            "oneOf": [
-                {"type": "string", "minLength": 1},
-                obj(["name"], name={"type": "string", "minLength": 1}, dimensions=INT),
-            ],
-        },
+        embedding_model=_EMBEDDING_MODEL,
+    ),
+    "VectorStoreReindex": obj(
+        ["embedding_model"],
+        embedding_model=_EMBEDDING_MODEL,
+        chunking_strategy={
+            "description": "every file's new chunking; absent: each file's own, shortened to "
+            "the new model's context"
+        }
+        | ref("ChunkingStrategy"),
+    ),
+    "Reindex": obj(
+        ["status", "from_embedding_model", "embedding_model", "created_at", "file_counts"],
+        status={"enum": ["in_progress", "completed", "failed", "cancelled"]},
+        from_embedding_model=obj(["name", "dimensions"], name=STRING, dimensions=INT),
+        embedding_model=obj(["name", "dimensions"], name=STRING, dimensions=INT),
+        created_at=INT,
+        finished_at=nullable(INT),
+        file_counts=ref("FileCounts"),
+        last_error=nullable(STRING),
     ),
     "VectorStoreUpdate": obj(
         name=nullable({"type": "string", "maxLength": v.MAX_NAME_CHARS}),
@@ -240,6 +260,8 @@ SCHEMAS: dict[str, Schema] = {
             "building (a coarse index is being built) or coarse",
             "enum": list(v.INDEX_KINDS),
         },
+        reindex={"description": "ragd extension: the latest re-index, if any"}
+        | nullable(ref("Reindex")),
     ),
     "VectorStoreList": list_of("VectorStore"),
     "VectorStoreFileCreate": {

@@ -23,7 +23,7 @@ from services.gateway.attributes import attributes_python
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
-from services.gateway.models import new_store_model
+from services.gateway.models import new_store_model, store_model
 from services.gateway.params import (
     json_body,
     metadata,
@@ -223,3 +223,35 @@ async def search_vector_store(request: Request) -> JSONResponse:
         },
         headers={DEGRADED_HEADER: DEGRADED_REASON} if found.degraded else None,
     )
+
+
+async def reindex_vector_store(request: Request) -> JSONResponse:
+    """Extension: re-indexes the store with `embedding_model` (and `chunking_strategy`, else
+    each file's own, shortened to the model's context) while it keeps serving searches from
+    its old index; progress on the store's `reindex`. 409 while one is in progress."""
+    deps = services(request)
+    body = await json_body(request)
+    if body.get("embedding_model") is None:
+        raise invalid(
+            "'embedding_model' is required: the model to re-index with", param="embedding_model"
+        )
+    _, model = await new_store_model(body.get("embedding_model"), deps.embedders)
+    chunking = body.get("chunking_strategy")
+    message = store_pb2.StartReindexRequest(
+        collection_id=request.path_params["store_id"],
+        model=store_model(model),
+        max_chunk_tokens=model.max_input_tokens,
+    )
+    if chunking is not None:
+        message.chunking.CopyFrom(resolve_chunking(chunking, model).message())
+    collection = await deps.store.StartReindex(message)
+    deps.workers.wake()
+    return JSONResponse(objects.vector_store(collection))
+
+
+async def cancel_reindex(request: Request) -> JSONResponse:
+    """Extension: stops the re-index in progress; the store keeps its old index."""
+    collection = await services(request).store.CancelReindex(
+        store_pb2.GetCollectionRequest(id=request.path_params["store_id"])
+    )
+    return JSONResponse(objects.vector_store(collection))
