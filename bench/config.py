@@ -10,7 +10,9 @@ from pathlib import Path
 
 from bench.processes import ROOT
 
-SCENARIOS = ("embedding", "ingest", "search", "footprint", "gateway", "contention", "chat")
+SCENARIOS = (
+    "embedding", "ingest", "search", "footprint", "gateway", "contention", "chat", "reindex"
+)  # fmt: skip
 RESULTS_DIR = ROOT / "bench" / "results"
 
 
@@ -43,6 +45,10 @@ class BenchConfig:
     # Real embeddings available to the search data sets; larger sets are filled with mixes.
     real_vectors: int = 20_000
     load_batch: int = 2_000
+    # Scenario 8: files (one man-page paragraph each) re-indexed to a second model, and how
+    # long the idle stack is searched first for the baseline latencies.
+    reindex_files: int = 2_000
+    reindex_idle_seconds: float = 30.0
     out_dir: Path = RESULTS_DIR
     cache_dir: Path = RESULTS_DIR / "cache"
     # Update BENCHMARKS.md and bench/latest.png with this run.
@@ -62,6 +68,8 @@ QUICK = BenchConfig(
     search_queries=30,
     real_vectors=2_000,
     load_batch=1_000,
+    reindex_files=60,
+    reindex_idle_seconds=5.0,
     label="quick",
 )
 
@@ -84,6 +92,7 @@ def parse(argv: Sequence[str] | None = None) -> BenchConfig:
     parser.add_argument("--search-sizes", type=_ints, help="e.g. 10000,100000")
     parser.add_argument("--large", action="store_true", help="also search 1,000,000 vectors")
     parser.add_argument("--queries", type=int)
+    parser.add_argument("--reindex-files", type=int, help="files to re-index (scenario 8)")
     parser.add_argument("--real-vectors", type=int, help="real embeddings to compute and cache")
     parser.add_argument("--out", type=Path, help=f"results root (default {RESULTS_DIR})")
     parser.add_argument(
@@ -107,6 +116,7 @@ def parse(argv: Sequence[str] | None = None) -> BenchConfig:
         ("search_sizes", "search_sizes"),
         ("queries", "search_queries"),
         ("real_vectors", "real_vectors"),
+        ("reindex_files", "reindex_files"),
     ):
         value = getattr(args, name)
         if value is not None:

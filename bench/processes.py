@@ -99,15 +99,32 @@ def _wait_ready(url: str, timeout: float) -> None:
 
 
 @contextmanager
-def running_stack(data_dir: Path, threads: int, **overrides: str) -> Iterator[RunningStack]:
+def running_stack(
+    data_dir: Path,
+    threads: int,
+    replicas: dict[str, dict[str, str]] | None = None,
+    models: dict[str, str] | None = None,
+    **overrides: str,
+) -> Iterator[RunningStack]:
     """The three services on free ports, started one after the other as `make run` does;
-    `overrides` are RAGD_* settings."""
+    `overrides` are RAGD_* settings, `replicas` more embedders (child name -> their own
+    settings, e.g. another model), started before the gateway, and `models` the gateway's
+    RAGD_EMBEDDERS as model name -> embedder child name."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    stack = Stack({**stack_env(data_dir, threads), **overrides}, log_dir=data_dir / "logs")
+    stack = Stack(
+        {**stack_env(data_dir, threads), **overrides},
+        log_dir=data_dir / "logs",
+        replicas={name: f"127.0.0.1:{free_port()}" for name in replicas or {}},
+        child_env=dict(replicas or {}),
+    )
+    if models:
+        targets = stack.embedders
+        pairs = " ".join(f"{model}={targets[child]}" for model, child in models.items())
+        stack.child_env["gateway"] = {"RAGD_EMBEDDERS": pairs}
     cold: dict[str, float] = {}
     try:
         started = time.monotonic()
-        for name in SERVICES:
+        for name in (*SERVICES[:-1], *stack.replicas, SERVICES[-1]):
             began = time.monotonic()
             stack.start_service(name)
             cold[name] = time.monotonic() - began

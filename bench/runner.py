@@ -12,7 +12,18 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench import chat, contention, embedding, footprint, gateway, ingest, machine, report, search
+from bench import (
+    chat,
+    contention,
+    embedding,
+    footprint,
+    gateway,
+    ingest,
+    machine,
+    reindex,
+    report,
+    search,
+)
 from bench.config import BenchConfig, parse, run_dir
 from bench.context import Context
 from bench.corpus import Corpus
@@ -26,6 +37,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "gateway": gateway.run,
     "contention": contention.run,
     "chat": chat.run,
+    "reindex": reindex.run,
 }
 
 
