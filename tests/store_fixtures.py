@@ -128,7 +128,9 @@ def check_invariants(path: Path) -> None:
     """What every committed state of the store must satisfy, whatever happened before.
 
     Counters match the rows they count; chunks and vectors exist only for completed files,
-    one vector per chunk; exactly the in-progress files have one live job; foreign keys hold.
+    one vector per chunk except for the chunks of files indexed lexically (vectors_pending,
+    completed only), which have none; exactly the in-progress files and those whose vectors
+    are pending have one live job; foreign keys hold.
     A coarse index holds a subset of the vectors while it is built, all of them once built.
     """
     conn = open_database(path)
@@ -146,7 +148,23 @@ def check_invariants(path: Path) -> None:
             assert usage == scalar(conn, f"SELECT sum(usage_bytes) {completed}", key)
             chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
             assert chunks == chunk_count
-            assert scalar(conn, f"SELECT count(*) FROM vec_{key:d}") == chunks
+            lexical = scalar(
+                conn,
+                "SELECT count(*) FROM chunks AS c JOIN collection_files AS cf"
+                " ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id"
+                " WHERE c.collection_id = ? AND cf.vectors_pending = 1",
+                key,
+            )
+            assert scalar(conn, f"SELECT count(*) FROM vec_{key:d}") == chunks - lexical
+            assert (
+                scalar(
+                    conn,
+                    f"SELECT count(*) FROM vec_{key:d} WHERE rowid IN (SELECT c.id FROM chunks AS c"
+                    " JOIN collection_files AS cf ON cf.collection_id = c.collection_id"
+                    " AND cf.file_id = c.file_id WHERE cf.vectors_pending = 1)",
+                )
+                == 0
+            )
             # Every vector belongs to a chunk of its collection (with equal counts: one each).
             orphans = scalar(
                 conn,
@@ -174,9 +192,12 @@ def check_invariants(path: Path) -> None:
             conn.execute(
                 "SELECT file_id FROM collection_files"
                 " WHERE status <> 'failed' AND (last_error_code <> '' OR last_error_message <> '')"
+                " AND NOT vectors_pending"
             ).fetchall()
             == []
         )
+        pending = "SELECT file_id FROM collection_files WHERE vectors_pending AND status <> ?"
+        assert conn.execute(pending, ("completed",)).fetchall() == []
         live_jobs = (
             "(SELECT count(*) FROM jobs AS j WHERE j.collection_id = cf.collection_id"
             " AND j.file_id = cf.file_id AND j.state <> 'done')"
@@ -184,7 +205,8 @@ def check_invariants(path: Path) -> None:
         assert (
             conn.execute(
                 f"SELECT cf.file_id, cf.status, {live_jobs} FROM collection_files AS cf"
-                f" WHERE {live_jobs} <> (cf.status = 'in_progress')"
+                f" WHERE {live_jobs} <> (cf.status = 'in_progress'"
+                " OR (cf.vectors_pending AND cf.last_error_code = ''))"
             ).fetchall()
             == []
         )

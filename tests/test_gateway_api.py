@@ -41,6 +41,7 @@ def test_health_and_ready(client: httpx.Client) -> None:
         "embedder": "SERVING",
         "store": "SERVING",
         "unserved_models": [],
+        "vector_index": "available",
     }
     assert disk["full"] is False and 0 < disk["free_bytes"] <= disk["total_bytes"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -85,31 +84,3 @@ def test_uploads_over_the_limit_are_413(authed: httpx.Client) -> None:
     store = authed.post("/v1/vector_stores", json={"name": "limits"}).json()["id"]
     text = {"text": "y" * (UPLOAD_LIMIT + 1), "filename": "big.txt"}
     assert authed.post(f"/v1/vector_stores/{store}/files", json=text).status_code == 413
-
-
-def test_ingest_waits_out_an_embedder_outage(own_stack: Stack, authed: httpx.Client) -> None:
-    store = authed.post("/v1/vector_stores", json={"name": "outage"}).json()["id"]
-    own_stack.children["embedder"].kill()
-    try:
-        attached = authed.post(
-            f"/v1/vector_stores/{store}/files",
-            json={"text": "Written while the embedder was down.", "filename": "late.txt"},
-        ).json()
-        assert attached["status"] == "in_progress"
-        time.sleep(2.0)
-        status = authed.get(f"/v1/vector_stores/{store}/files/{attached['id']}").json()
-        assert status["status"] == "in_progress"
-        assert status["last_error"] is None
-    finally:
-        own_stack.start_service("embedder")
-    deadline = time.monotonic() + 60
-    while (
-        authed.get(f"/v1/vector_stores/{store}/files/{attached['id']}").json()["status"]
-        == "in_progress"
-    ):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    done = authed.get(f"/v1/vector_stores/{store}/files/{attached['id']}").json()
-    assert done["status"] == "completed", done
-    hits = authed.post(f"/v1/vector_stores/{store}/search", json={"query": "embedder down"})
-    assert hits.json()["data"][0]["filename"] == "late.txt"

@@ -6,6 +6,12 @@ them, so each is written once. Most are OpenAI's (marked); the rest are ragd's.
 
 from __future__ import annotations
 
+# Characters per token where no tokenizer of the model is at hand (an upstream without a
+# tokenize endpoint, a lexical pass while the model's embedders are away): conservative for
+# English and most European text (4 characters a token on average), not for Chinese or
+# Japanese.
+CHARS_PER_TOKEN = 3
+
 # Search modes (SearchRequest.mode): KNN over the vectors, bm25 over the text, or RRF of both.
 VECTOR, LEXICAL, HYBRID = "vector", "lexical", "hybrid"
 SEARCH_MODES = (VECTOR, LEXICAL, HYBRID)

@@ -31,12 +31,12 @@ import httpx
 import numpy as np
 
 from services.common.vectors import FloatMatrix
+from services.common.vocabulary import CHARS_PER_TOKEN
 from services.embedder.backend import ModelInfo, Prepared, prepare_inputs
 from services.embedder.errors import ModelLoadError, UpstreamError
 
 log = logging.getLogger(__name__)
 
-CHARS_PER_TOKEN = 3
 # Where each kind of server tokenizes: path from the server root, request, reply's ids.
 _TOKENIZE_ENDPOINTS = (
     ("/extras/tokenize", "input", "/extras/detokenize", "text"),  # llama-cpp-python

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from services.gateway import errors
 from services.gateway.attributes import Attribute, attributes_message
 from services.gateway.clients import ModelInfo, Store
 from services.gateway.embedders import Embedders
@@ -18,6 +19,10 @@ from services.gateway.ingest import ChunkingStrategy
 from services.gateway.models import store_model
 from services.gateway.worker import IngestWorkers
 from services.pb import store_pb2
+
+# The context assumed for a store made before ragd recorded its model's (schema 8) while that
+# model's embedders are away: the smallest of the common embedding models' (MiniLM's).
+UNKNOWN_CONTEXT = 256
 
 
 @dataclass(frozen=True)
@@ -44,8 +49,23 @@ class Attacher:
 
     async def model(self, store_id: str) -> ModelInfo:
         """The model the vector store's files are embedded with (to resolve their chunking);
-        a store of a model no embedder here serves is refused."""
-        return (await self.embedders.for_store(self.store, store_id))[1]
+        a store of a model no embedder here serves is refused. While the model's embedders do
+        not answer, what the store recorded of it: files are then indexed lexically first."""
+        try:
+            return (await self.embedders.for_store(self.store, store_id))[1]
+        except errors.ApiError as error:
+            if not errors.is_transient(error):
+                raise
+        found = await self.store.GetCollection(store_pb2.GetCollectionRequest(id=store_id))
+        return ModelInfo(
+            name=found.model,
+            dimensions=found.dimensions,
+            max_input_tokens=found.max_input_tokens or UNKNOWN_CONTEXT,
+            pooling="",
+            normalized=True,
+            digest="",
+            special_tokens=0,
+        )
 
     async def _model(self, store_id: str) -> store_pb2.EmbeddingModel:
         return store_model(await self.model(store_id))

@@ -296,6 +296,11 @@ class EmbedderClient:
         self._stub: EmbedderAsyncStub = embedder_pb2_grpc.EmbedderStub(channel)
         self._info: ModelInfo | None = None
 
+    @property
+    def last_known_name(self) -> str | None:
+        """The model this embedder reported last, if it ever answered."""
+        return self._info.name if self._info is not None else None
+
     async def info(self, refresh: bool = False, timeout: float | None = None) -> ModelInfo:
         if self._info is None or refresh:
             reply = await self._stub.Info(embedder_pb2.InfoRequest(), timeout=timeout)

@@ -86,16 +86,24 @@ class Embedders:
 
     async def served(self, timeout: float | None = None) -> list[ModelInfo]:
         """The models of the embedders that answer (within `timeout` each)."""
+        return (await self.availability(timeout))[0]
 
-        async def one(name: str | None, client: EmbedderClient) -> ModelInfo | None:
+    async def availability(self, timeout: float | None = None) -> tuple[list[ModelInfo], list[str]]:
+        """The models of the embedders that answer now (asked again, within `timeout` each),
+        and the names of those that do not: configured ones, or as last reported."""
+
+        async def one(name: str | None, client: EmbedderClient) -> ModelInfo | str | None:
             try:
-                await client.info(timeout=timeout)
+                await client.info(refresh=True, timeout=timeout)
                 return await self.info(name, client)
             except errors.ApiError:
-                return None
+                return name or client.last_known_name
 
         found = await asyncio.gather(*(one(name, client) for name, client in self._clients))
-        return [info for info in found if info is not None]
+        answering = [item for item in found if isinstance(item, ModelInfo)]
+        names = {info.name.lower() for info in answering}
+        silent = [item for item in found if isinstance(item, str) and item.lower() not in names]
+        return answering, silent
 
     async def names(self) -> list[str]:
         """Every served model's name: configured ones without asking, others as reported."""

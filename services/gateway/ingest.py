@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from services.common.vocabulary import AUTO, MAX_CHUNK_TOKENS, MIN_CHUNK_TOKENS, STATIC
+from services.common.vocabulary import (
+    AUTO,
+    CHARS_PER_TOKEN,
+    MAX_CHUNK_TOKENS,
+    MIN_CHUNK_TOKENS,
+    STATIC,
+)
 from services.gateway.chunking import Chunk, chunk_text
 from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.embed_cache import EmbeddingCache, text_hash
@@ -75,6 +82,16 @@ def resolve_chunking(
             param=param,
         )
     return ChunkingStrategy(size, overlap)
+
+
+def chunk_lexically(text: str, strategy: ChunkingStrategy) -> list[Chunk]:
+    """Chunks for a lexical pass, counted in characters (CHARS_PER_TOKEN): the model's
+    tokenizer is away. They are replaced by real ones when the vectors are filled in."""
+
+    def estimate(texts: Sequence[str]) -> list[int]:
+        return [max(1, math.ceil(len(item) / CHARS_PER_TOKEN)) for item in texts]
+
+    return chunk_text(text, estimate, strategy.max_tokens, strategy.overlap_tokens)
 
 
 async def chunk(embedder: EmbedderClient, text: str, strategy: ChunkingStrategy) -> list[Chunk]:

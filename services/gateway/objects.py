@@ -52,6 +52,8 @@ def vector_store(collection: store_pb2.Collection, now: float | None = None) -> 
         "vector_index": collection.vector_index,
         # Extension: the latest re-index (POST /v1/vector_stores/{id}/reindex), if any.
         "reindex": reindex(collection.reindex) if collection.HasField("reindex") else None,
+        # Extension: completed files searchable by text only, their vectors still to come.
+        "vectors_pending": collection.file_counts.vectors_pending,
     }
 
 
@@ -113,6 +115,8 @@ def vector_store_file(item: store_pb2.CollectionFile) -> dict[str, Any]:
         "last_error": last_error,
         "chunking_strategy": chunking,
         "attributes": attributes_python(item.attributes),
+        # Extension: searchable by text only so far (lexical-only operation).
+        "vectors_pending": item.vectors_pending,
     }
 
 

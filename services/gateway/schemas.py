@@ -128,6 +128,17 @@ SCHEMAS: dict[str, Schema] = {
                 sample_ids={"type": "array", "items": STRING, "maxItems": 5},
             ),
         },
+        vector_index={
+            "description": "unavailable: the store could not load sqlite-vec and serves "
+            "lexical-only (still ready); shown when the store is up",
+            "enum": ["available", "unavailable"],
+        },
+        vector_index_error={"description": "why sqlite-vec could not be loaded"} | STRING,
+        embedders={
+            "description": "with several models: each model's embedders' health",
+            "type": "object",
+            "additionalProperties": STRING,
+        },
     ),
     # Embeddings and models
     "EmbeddingRequest": obj(
@@ -262,6 +273,11 @@ SCHEMAS: dict[str, Schema] = {
         },
         reindex={"description": "ragd extension: the latest re-index, if any"}
         | nullable(ref("Reindex")),
+        vectors_pending={
+            "description": "ragd extension: completed files searchable by text only so far; "
+            "their vectors are written once their model's embedders answer"
+        }
+        | COUNT,
     ),
     "VectorStoreList": list_of("VectorStore"),
     "VectorStoreFileCreate": {
@@ -299,6 +315,11 @@ SCHEMAS: dict[str, Schema] = {
             obj(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING)
         ),
         attributes={"type": "object", "additionalProperties": ATTRIBUTE},
+        vectors_pending={
+            "description": "ragd extension: completed and searchable by text; its vectors are "
+            "still to be written (its model's embedders did not answer when it was indexed)",
+            "type": "boolean",
+        },
     ),
     "VectorStoreFileList": list_of("VectorStoreFile"),
     "VectorStoreFileContent": obj(

@@ -37,12 +37,18 @@ class Search:
     exact: bool = False
 
 
+EMBEDDER_UNAVAILABLE = "embedder-unavailable"
+VECTOR_INDEX_UNAVAILABLE = "vector-index-unavailable"
+
+
 @dataclass(frozen=True)
 class Found:
     hits: list[store_pb2.SearchHit]
     # The mode that ranked the hits, and whether it replaced the one asked for.
     mode: str
     degraded: bool
+    # Why: "embedder-unavailable", or "vector-index-unavailable" (a store without sqlite-vec).
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,7 +154,12 @@ async def search_embedded(
             if hit.chunk_id not in best or best[hit.chunk_id].score < hit.score:
                 best[hit.chunk_id] = hit
     hits = sorted(best.values(), key=lambda h: h.score, reverse=True)[: request.k]
-    return Found(hits=hits, mode=mode, degraded=mode != request.mode)
+    # A store without sqlite-vec answers vector searches lexically and says so in its mode.
+    ran = next((reply.mode for reply in replies if reply.mode), mode)
+    if ran != request.mode:
+        reason = EMBEDDER_UNAVAILABLE if ran == mode else VECTOR_INDEX_UNAVAILABLE
+        return Found(hits=hits, mode=ran, degraded=True, reason=reason)
+    return Found(hits=hits, mode=ran, degraded=False)
 
 
 @dataclass(frozen=True)

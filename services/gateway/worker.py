@@ -109,23 +109,18 @@ class IngestWorkers:
         while True:
             try:
                 # The store fails jobs of vector stores of a model no embedder here serves
-                # instead of handing them out; jobs of a served model whose embedders do not
-                # answer wait, and until one answers nothing is claimed.
-                served = await self._embedders.served(timeout=2.0)
-                if not served:
-                    await self._embedders.default.info()  # raises why
-                answering = {info.name.lower() for info in served}
+                # instead of handing them out. Files of a served model whose embedders do not
+                # answer (all of them when none does) are indexed lexically meanwhile, and
+                # their jobs wait to fill the vectors in.
+                served, silent = await self._embedders.availability(timeout=2.0)
                 reply = await self._store.ClaimJobs(
                     store_pb2.ClaimJobsRequest(
                         worker_id=worker_id,
                         max_jobs=1,
                         lease_seconds=self._settings.lease_seconds,
                         models=[store_model(info) for info in served],
-                        waiting_models=[
-                            name
-                            for name in self._embedders.configured_names
-                            if name.lower() not in answering
-                        ],
+                        waiting_models=silent,
+                        lexical=True,
                     )
                 )
             except errors.ApiError as error:
@@ -147,12 +142,15 @@ class IngestWorkers:
             request = await self._index(worker_id, job)
             done = await self._store.CompleteJob(request)
             outcome, chunks = "completed", len(request.chunks)
+            if request.lexical:
+                outcome = "completed lexically (vectors pending)"
             self._notify(done)
             log.info(
-                "indexed %s into %s (%d chunks)",
+                "indexed %s into %s (%d chunks%s)",
                 job.file_id,
                 job.collection_id,
                 len(request.chunks),
+                ", text only: vectors pending" if request.lexical else "",
             )
         except Permanent as error:
             await self._fail(worker_id, job, error.code, str(error), retry_after=0)
@@ -210,6 +208,14 @@ class IngestWorkers:
         except InvalidFile as error:
             raise Permanent("invalid_file", str(error)) from None
         strategy = ingest.ChunkingStrategy.from_message(job.chunking)
+        if job.lexical:
+            chunks = await asyncio.to_thread(ingest.chunk_lexically, text, strategy)
+            return store_pb2.CompleteJobRequest(
+                job_id=job.job_id,
+                worker_id=worker_id,
+                chunks=[store_pb2.ChunkInput(text=c.text, token_count=c.tokens) for c in chunks],
+                lexical=True,
+            )
         found = await self._embedders.find(job.model)
         if found is None:
             raise errors.Unavailable(f"no embedder here serves {job.model} now; retrying")

@@ -45,7 +45,7 @@ LIVE_STATUSES = (IN_PROGRESS, COMPLETED)
 _SELECT = """
 SELECT cf.file_id, cf.status, cf.created_at, f.filename, cf.attributes, cf.chunking_json,
        cf.chunk_count, cf.usage_bytes, cf.last_error_code, cf.last_error_message,
-       coalesce(cf.batch_id, '')
+       coalesce(cf.batch_id, ''), cf.vectors_pending
 FROM collection_files AS cf JOIN files AS f ON f.id = cf.file_id
 """
 
@@ -54,7 +54,7 @@ def _to_record(
     row: tuple[Any, ...], collection_id: str, *, deduplicated: bool = False
 ) -> CollectionFile:
     (file_id, status, created_at, filename, attributes, chunking, chunk_count, usage,
-     error_code, error_message, batch_id) = row  # fmt: skip
+     error_code, error_message, batch_id, pending) = row  # fmt: skip
     return CollectionFile(
         file_id=file_id,
         collection_id=collection_id,
@@ -68,6 +68,7 @@ def _to_record(
         last_error=LastError(error_code, error_message) if status == "failed" else None,
         batch_id=batch_id,
         deduplicated=deduplicated,
+        vectors_pending=bool(pending),
     )
 
 

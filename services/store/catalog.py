@@ -27,11 +27,15 @@ _DAY_SECONDS = 86400
 _COLUMNS = (
     "id, public_id, name, created_at, last_active_at, metadata, model, dimensions, "
     "chunk_count, file_count, usage_bytes, expires_anchor, expires_days, vector_index, "
+    "max_input_tokens, "
     + ", ".join(
         "(SELECT count(*) FROM collection_files AS cf"
         f" WHERE cf.collection_id = collections.id AND cf.status = '{status}')"
         for status in FILE_STATUSES
     )
+    # Counted off a partial index: free when nothing is pending.
+    + ", (SELECT count(*) FROM collection_files AS cf"
+    " WHERE cf.collection_id = collections.id AND cf.vectors_pending = 1)"
 )
 
 
@@ -53,7 +57,8 @@ def check_expiry(anchor: str, days: int) -> None:
 
 def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
     (key, public_id, name, created, active, metadata, model, dims, chunks, files, usage,
-     anchor, days, index, in_progress, completed, failed, cancelled) = row  # fmt: skip
+     anchor, days, index, context, in_progress, completed, failed, cancelled,
+     pending) = row  # fmt: skip
     collection = Collection(
         id=public_id,
         name=name,
@@ -65,11 +70,12 @@ def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
         chunk_count=chunks,
         file_count=files,
         usage_bytes=usage,
-        file_counts=FileCounts(in_progress, completed, failed, cancelled),
+        file_counts=FileCounts(in_progress, completed, failed, cancelled, pending),
         expires_anchor=anchor,
         expires_days=days,
         expires_at=expires_at(active, anchor, days),
         vector_index=index,
+        max_input_tokens=context,
     )
     return key, collection
 
@@ -120,6 +126,7 @@ def create(
     now: int,
     expires_anchor: str = "",
     expires_days: int = 0,
+    max_input_tokens: int = 0,
 ) -> Collection:
     check_expiry(expires_anchor, expires_days)
     if not model:
@@ -130,7 +137,8 @@ def create(
     with atomic(conn):
         conn.execute(
             "INSERT INTO collections (public_id, name, metadata, model, dimensions, created_at,"
-            " last_active_at, expires_anchor, expires_days) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " last_active_at, expires_anchor, expires_days, max_input_tokens)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 public_id,
                 name,
@@ -141,6 +149,7 @@ def create(
                 now,
                 expires_anchor,
                 expires_days,
+                max(0, max_input_tokens),
             ),
         )
         key = conn.last_insert_rowid()
@@ -159,6 +168,7 @@ def create(
         expires_anchor=expires_anchor,
         expires_days=expires_days,
         expires_at=expires_at(now, expires_anchor, expires_days),
+        max_input_tokens=max(0, max_input_tokens),
     )
 
 

@@ -34,6 +34,9 @@ class StoreConfig:
     service_token: str | None = None
     # Serve TLS (RAGD_TLS_CERT/KEY), requiring client certificates of RAGD_TLS_CA if set.
     tls: TlsFiles | None = None
+    # sqlite-vec's loadable library (RAGD_SQLITE_VEC_PATH); empty: the sqlite-vec package's.
+    # If it cannot be loaded the store serves lexical-only.
+    sqlite_vec_path: str = ""
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreConfig:
@@ -54,4 +57,5 @@ class StoreConfig:
             coarse_min_rows=env.int("COARSE_MIN_ROWS", cls.coarse_min_rows, minimum=1),
             service_token=service_token(env),
             tls=TlsFiles.from_env(env),
+            sqlite_vec_path=env.str("SQLITE_VEC_PATH", ""),
         )

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import apsw
-import sqlite_vec
+
+try:
+    import sqlite_vec
+except ImportError:  # the store still serves full-text search without it
+    sqlite_vec = None
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 5000
 MMAP_BYTES = 1 << 30
@@ -31,15 +39,65 @@ def create_private(path: Path) -> None:
         os.chmod(path, FILE_MODE)
 
 
+@dataclass
+class _Vectors:
+    """Whether this process has sqlite-vec: decided by the first connection, for all."""
+
+    path: str = ""
+    loaded: bool | None = None
+    error: str = ""
+
+
+_vectors = _Vectors()
+
+
+def use_sqlite_vec(path: str) -> None:
+    """Loads sqlite-vec from `path` (RAGD_SQLITE_VEC_PATH) instead of the package's build."""
+    _vectors.path = path
+
+
+def vectors_available() -> bool:
+    """sqlite-vec is loaded: vector indexes can be read and written. Without it the store
+    runs lexical-only (full-text search, files indexed by text with vectors pending)."""
+    return _vectors.loaded is not False
+
+
+def vectors_error() -> str:
+    """Why sqlite-vec could not be loaded ("" when it was)."""
+    return _vectors.error
+
+
+def load_vectors(conn: apsw.Connection) -> None:
+    """Loads sqlite-vec into the connection; the first failure makes the process lexical-only
+    (logged once), and every later connection skips it alike."""
+    if _vectors.loaded is False:
+        return
+    path = _vectors.path or (sqlite_vec.loadable_path() if sqlite_vec is not None else "")
+    try:
+        if not path:
+            raise OSError("the sqlite-vec package is not installed")
+        conn.enable_load_extension(True)
+        conn.load_extension(path)
+    except (apsw.Error, OSError) as error:
+        if _vectors.loaded:
+            raise  # it loaded before in this process: something else is wrong
+        _vectors.loaded = False
+        _vectors.error = f"sqlite-vec could not be loaded ({path or 'no path'}): {error}"
+        log.warning("%s; serving full-text search only (lexical-only mode)", _vectors.error)
+    else:
+        _vectors.loaded = True
+    finally:
+        conn.enable_load_extension(False)
+
+
 def open_database(path: str | Path) -> apsw.Connection:
-    """Opens (creating it and its directory if needed) the database with sqlite-vec loaded."""
+    """Opens (creating it and its directory if needed) the database with sqlite-vec loaded
+    when it can be (see vectors_available)."""
     path = Path(path)
     create_private(path)
     conn = apsw.Connection(str(path))
     try:
-        conn.enable_load_extension(True)
-        conn.load_extension(sqlite_vec.loadable_path())
-        conn.enable_load_extension(False)
+        load_vectors(conn)
         conn.execute("PRAGMA journal_mode = WAL")
         # Under WAL a commit acknowledged to the caller survives a process kill whatever this
         # says; NORMAL only skips the fsync per commit, so a power loss may drop the last

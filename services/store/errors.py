@@ -71,6 +71,10 @@ class DatabaseTooNew(Exception):
     """The database was migrated by a newer build; this build cannot safely open it."""
 
 
+class VectorsUnavailable(StoreError):
+    """The store runs without sqlite-vec (lexical-only) and the call needs vector tables."""
+
+
 class StorageFull(StoreError):
     """The disk under the database (or the backup directory) has no room for the write."""
 

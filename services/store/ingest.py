@@ -45,16 +45,23 @@ def check_chunks(chunks: Sequence[ChunkInput], vectors: FloatMatrix) -> None:
         raise InvalidArgument(
             f"expected one vector per chunk ({len(chunks)}), got an array of shape {vectors.shape}"
         )
+    check_token_counts(chunks)
+    check_vectors(vectors, "vector")
+
+
+def check_token_counts(chunks: Sequence[ChunkInput]) -> None:
     for index, chunk in enumerate(chunks):
         if chunk.token_count < 0:
             raise InvalidArgument(f"chunk {index} has a negative token_count")
-    check_vectors(vectors, "vector")
 
 
 def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
     """Deletes a file's chunks and their vectors from a collection (inside a transaction)."""
     old_ids = conn.execute(
-        "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id)
+        "SELECT c.id FROM chunks AS c JOIN collection_files AS cf"
+        " ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id"
+        " WHERE c.collection_id = ? AND c.file_id = ? AND NOT cf.vectors_pending",
+        (key, file_id),
     ).fetchall()
     vector_index.delete(conn, key, [cast(int, row[0]) for row in old_ids])
     conn.execute("DELETE FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id))
@@ -65,14 +72,17 @@ def insert_chunks(
     key: int,
     file_id: str,
     chunks: Sequence[ChunkInput],
-    vectors: FloatMatrix,
+    vectors: FloatMatrix | None,
 ) -> None:
-    """Writes chunk i with vector i (inside a transaction; the file has no chunks yet)."""
+    """Writes chunk i with vector i (inside a transaction; the file has no chunks yet);
+    without vectors, the chunks and their full-text rows only."""
     conn.executemany(
         "INSERT INTO chunks (collection_id, file_id, chunk_index, text, token_count)"
         " VALUES (?, ?, ?, ?, ?)",
         [(key, file_id, i, chunk.text, chunk.token_count) for i, chunk in enumerate(chunks)],
     )
+    if vectors is None:
+        return
     ids = conn.execute(
         "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
         (key, file_id),

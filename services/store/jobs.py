@@ -38,18 +38,27 @@ MAX_ERROR_MESSAGE = 1000
 # it reads only the live jobs (the partial index) and looks their files up, never scanning
 # finished jobs or every file of every collection.
 _CLAIMABLE_SQL = """
-SELECT j.id, j.collection_id, j.file_id, j.attempts, j.state, f.bytes, c.model, c.dimensions
+SELECT j.id, j.collection_id, j.file_id, j.attempts, j.state, f.bytes, c.model, c.dimensions,
+       cf.status, c.shadow_of IS NOT NULL
 FROM jobs AS j INDEXED BY jobs_live
 CROSS JOIN collection_files AS cf
     ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id
 JOIN files AS f ON f.id = j.file_id
 JOIN collections AS c ON c.id = j.collection_id
-WHERE j.state <> 'done' AND cf.status = 'in_progress'
+WHERE j.state <> 'done' AND (cf.status = 'in_progress' OR cf.vectors_pending = 1)
   AND ((j.state = 'pending' AND j.next_attempt_at <= ?)
        OR (j.state = 'leased' AND j.lease_expires_at <= ?))
+  AND {waiting}
 ORDER BY j.id
 LIMIT ?
 """
+
+# Jobs of models that cannot embed now: only those whose file a lexical pass would make
+# searchable (not yet indexed at all, and not a re-index's hidden collection, which nobody
+# searches) are worth handing out.
+_WAITING_SQL = """(lower(c.model) NOT IN ({models})
+       OR (? AND cf.status = 'in_progress' AND c.shadow_of IS NULL))"""
+_NO_VECTORS_SQL = "(? AND cf.status = 'in_progress' AND c.shadow_of IS NULL)"
 
 _CLAIMED_SQL = """
 SELECT j.id, c.public_id, j.file_id, f.filename, coalesce(fc.content, x''), cf.chunking_json,
@@ -68,6 +77,8 @@ class _HeldJob:
     key: int
     file_id: str
     attempts: int
+    # The file is completed lexically: this job fills its vectors in.
+    vectors_pending: bool = False
 
 
 def _check_lease_args(worker_id: str, lease_seconds: int) -> None:
@@ -80,9 +91,11 @@ def _check_lease_args(worker_id: str, lease_seconds: int) -> None:
 def _fail_file(
     conn: apsw.Connection, job_id: int, key: int, file_id: str, code: str, message: str, now: int
 ) -> None:
+    # A file searchable lexically keeps its chunks and stays completed (vectors_pending):
+    # only the filling of its vectors gave up.
     conn.execute(
-        "UPDATE collection_files SET status = 'failed', last_error_code = ?,"
-        " last_error_message = ? WHERE collection_id = ? AND file_id = ?",
+        "UPDATE collection_files SET status = iif(vectors_pending = 1, status, 'failed'),"
+        " last_error_code = ?, last_error_message = ? WHERE collection_id = ? AND file_id = ?",
         (code, message[:MAX_ERROR_MESSAGE], key, file_id),
     )
     conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
@@ -98,6 +111,8 @@ def claim(
     now: int,
     models: Sequence[EmbeddingModel] = (),
     waiting: Sequence[str] = (),
+    lexical: bool = False,
+    vectors: bool = True,
     max_attempts: int = MAX_ATTEMPTS,
 ) -> list[ClaimedJob]:
     """Leases up to max_jobs jobs to the worker, with their files' contents.
@@ -106,26 +121,34 @@ def claim(
     never share one. A job whose lease expired after its last allowed attempt is not handed
     out again: its file fails (the workers keep dying on it). With `models` (what the worker
     embeds with), a job of a collection indexed with another model fails too, in the words
-    of the model rule (compat.check_served), rather than being embedded with the wrong one;
-    a job of a `waiting` model (served, but its embedders are down) is left for later.
+    of the model rule (compat.check_served), rather than being embedded with the wrong one.
+    A job of a `waiting` model (served, but its embedders are down) is left for later, or,
+    for a worker that can index `lexical`ly, handed out as a lexical pass if its file is not
+    searchable yet. Without `vectors` (this store has no vector index), and for a lexical
+    worker without `models` (none of its embedders answers), every job is waiting.
     """
     _check_lease_args(worker_id, lease_seconds)
     if not 1 <= max_jobs <= MAX_CLAIM:
         raise InvalidArgument(f"max_jobs must be 1..{MAX_CLAIM}, got {max_jobs}")
     claimed: list[ClaimedJob] = []
     later = sorted({name.lower() for name in waiting})
-    sql = _CLAIMABLE_SQL.replace(
-        "ORDER BY", f"AND lower(c.model) NOT IN ({', '.join('?' * len(later))})\nORDER BY"
-    )
+    everything_waits = not vectors or (lexical and not models)
+    if not everything_waits:
+        waiting_sql = _WAITING_SQL.format(models=", ".join("?" * len(later)))
+        args: tuple[Any, ...] = (*later, lexical)
+    else:
+        waiting_sql, args = _NO_VECTORS_SQL, (lexical,)
+    sql = _CLAIMABLE_SQL.format(waiting=waiting_sql)
     with atomic(conn):
         budget = MAX_CLAIM_BYTES
         while len(claimed) < max_jobs:
             rows: list[tuple[Any, ...]] = conn.execute(
-                sql, (now, now, *later, max_jobs - len(claimed))
+                sql, (now, now, *args, max_jobs - len(claimed))
             ).fetchall()
             if not rows:
                 break
-            for job_id, key, file_id, attempts, state, size, model, dimensions in rows:
+            for job_id, key, file_id, attempts, state, size, model, dimensions, *rest in rows:
+                status, shadow = rest
                 if state == "leased" and attempts >= max_attempts:
                     message = (
                         f"indexing was abandoned {attempts} times (its worker stopped "
@@ -133,12 +156,14 @@ def claim(
                     )
                     _fail_file(conn, job_id, key, file_id, "server_error", message, now)
                     continue
-                if models and EmbeddingModel(model, dimensions) not in models:
+                pass_lexical = everything_waits or model.lower() in later
+                if not pass_lexical and models and EmbeddingModel(model, dimensions) not in models:
                     try:
                         check_served(catalog.lookup_key(conn, key), models)
                     except ModelMismatch as error:
                         _fail_file(conn, job_id, key, file_id, "server_error", str(error), now)
                         continue
+                assert not pass_lexical or (status == "in_progress" and not shadow)
                 if claimed and size > budget:
                     return claimed
                 budget -= size
@@ -160,6 +185,7 @@ def claim(
                         model=row[6],
                         dimensions=row[7],
                         attempt=row[8],
+                        lexical=pass_lexical,
                     )
                 )
     return claimed
@@ -168,14 +194,14 @@ def claim(
 def _held(conn: apsw.Connection, job_id: int, worker_id: str) -> _HeldJob:
     """The job, if this worker holds its lease (expired but not reclaimed still counts)."""
     row = conn.execute(
-        "SELECT j.collection_id, j.file_id, j.state, j.worker_id, j.attempts, cf.status"
-        " FROM jobs AS j JOIN collection_files AS cf"
+        "SELECT j.collection_id, j.file_id, j.state, j.worker_id, j.attempts, cf.status,"
+        " cf.vectors_pending FROM jobs AS j JOIN collection_files AS cf"
         " ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id WHERE j.id = ?",
         (job_id,),
     ).fetchone()
     if row is None:
         raise JobNotFound(job_id)
-    key, file_id, state, holder, attempts, status = row
+    key, file_id, state, holder, attempts, status, pending = row
     if state == "done":
         raise LeaseLost(f"ingest job {job_id} is already finished; drop it")
     if state == "pending":
@@ -188,9 +214,9 @@ def _held(conn: apsw.Connection, job_id: int, worker_id: str) -> _HeldJob:
             f"ingest job {job_id} is leased to another worker ({holder!r}) since the lease of "
             f"{worker_id!r} expired; drop it"
         )
-    if status != "in_progress":
+    if status != "in_progress" and not pending:
         raise LeaseLost(f"file {file_id!r} of ingest job {job_id} is {status}; drop the job")
-    return _HeldJob(key=key, file_id=file_id, attempts=attempts)
+    return _HeldJob(key=key, file_id=file_id, attempts=attempts, vectors_pending=bool(pending))
 
 
 def renew(
@@ -211,35 +237,61 @@ def complete(
     job_id: int,
     worker_id: str,
     chunks: Sequence[ChunkInput],
-    vectors: FloatMatrix,
+    vectors: FloatMatrix | None,
     model: str,
     now: int,
 ) -> CollectionFile:
-    """Writes the file's chunks and vectors and marks it completed, all in one transaction."""
-    if not model:
-        raise InvalidArgument("model is required: name the model that produced the vectors")
-    ingest.check_chunks(chunks, vectors)
-    dimensions = int(vectors.shape[1])
+    """Writes the file's chunks and vectors and marks it completed, all in one transaction.
+
+    Without `vectors` (a lexical pass) the chunks are written with their full-text rows only,
+    the file becomes completed with vectors_pending, and the job waits to fill them in. A job
+    that fills them replaces the lexical chunks with the real ones in the same way.
+    """
+    if vectors is not None:
+        if not model:
+            raise InvalidArgument("model is required: name the model that produced the vectors")
+        ingest.check_chunks(chunks, vectors)
+    else:
+        ingest.check_token_counts(chunks)
+    dimensions = int(vectors.shape[1]) if vectors is not None else 0
     usage = ingest.usage_bytes([chunk.text for chunk in chunks], dimensions)
     with atomic(conn):
         job = _held(conn, job_id, worker_id)
         collection = catalog.lookup_key(conn, job.key)
-        check_indexing(collection, model, dimensions)
-        # An in-progress file has no chunks; this only guards against an earlier bug's leftovers.
+        if vectors is None and job.vectors_pending:
+            raise LeaseLost(f"file {job.file_id!r} is searchable already; drop ingest job {job_id}")
+        if vectors is not None:
+            check_indexing(collection, model, dimensions)
+        before = conn.execute(
+            "SELECT chunk_count, usage_bytes FROM collection_files"
+            " WHERE collection_id = ? AND file_id = ?",
+            (job.key, job.file_id),
+        ).fetchone()
+        old_chunks, old_usage = before if job.vectors_pending and before else (0, 0)
+        # An in-progress file has no chunks (this guards against an earlier bug's leftovers);
+        # a lexically indexed one has its provisional chunks, replaced now.
         ingest.delete_chunks(conn, job.key, job.file_id)
         ingest.insert_chunks(conn, job.key, job.file_id, chunks, vectors)
         conn.execute(
             "UPDATE collection_files SET status = 'completed', chunk_count = ?, usage_bytes = ?,"
-            " last_error_code = '', last_error_message = ''"
+            " vectors_pending = ?, last_error_code = '', last_error_message = ''"
             " WHERE collection_id = ? AND file_id = ?",
-            (len(chunks), usage, job.key, job.file_id),
+            (len(chunks), usage, int(vectors is None), job.key, job.file_id),
         )
         conn.execute(
             "UPDATE collections SET chunk_count = chunk_count + ?, usage_bytes = usage_bytes + ?,"
             " last_active_at = max(last_active_at, ?) WHERE id = ?",
-            (len(chunks), usage, now, job.key),
+            (len(chunks) - old_chunks, usage - old_usage, now, job.key),
         )
-        conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
+        if vectors is None:
+            # Offered again at once: a worker whose model answers fills the vectors in.
+            conn.execute(
+                "UPDATE jobs SET state = 'pending', worker_id = '', lease_expires_at = 0,"
+                " next_attempt_at = ?, attempts = 0 WHERE id = ?",
+                (now, job_id),
+            )
+        else:
+            conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
         record = attachments.fetch(conn, job.key, collection.id, job.file_id)
         reindex.settle(conn, job.key, now)
         return record

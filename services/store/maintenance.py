@@ -10,10 +10,15 @@ from pathlib import Path
 from typing import cast
 
 import apsw
-import sqlite_vec
 
 from services.store import audit, cache, vector_index
-from services.store.db import DIRECTORY_MODE, atomic, create_private
+from services.store.db import (
+    DIRECTORY_MODE,
+    atomic,
+    create_private,
+    load_vectors,
+    vectors_available,
+)
 from services.store.errors import BackupExists, InvalidArgument, StorageFull
 from services.store.records import BackupResult, CollectionStats, DatabaseStats, VacuumResult
 from services.store.vector_index import vec_table
@@ -76,9 +81,7 @@ def default_backup_name(now: float) -> str:
 
 def _open_plain(path: Path) -> apsw.Connection:
     conn = apsw.Connection(str(path))
-    conn.enable_load_extension(True)
-    conn.load_extension(sqlite_vec.loadable_path())
-    conn.enable_load_extension(False)
+    load_vectors(conn)
     return conn
 
 
@@ -182,7 +185,8 @@ def vacuum(conn: apsw.Connection, *, path: Path) -> VacuumResult:
     started = time.monotonic()
     before = sum(file_bytes(path))
     keys = [int(row[0]) for row in conn.execute("SELECT id FROM collections ORDER BY id")]
-    compacted = sum(1 for key in keys if _compact(conn, key))
+    # Without sqlite-vec its tables cannot be rebuilt; VACUUM still compacts the file.
+    compacted = sum(1 for key in keys if vectors_available() and _compact(conn, key))
     conn.execute("VACUUM")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return VacuumResult(
@@ -212,7 +216,10 @@ def stats(conn: apsw.Connection, *, path: Path) -> DatabaseStats:
         collections = []
         for key, public_id, name, model, dims, files, chunks, usage in rows:
             found = vector_index.vector_slots(conn, key)
-            if found is None:
+            if not vectors_available():
+                # Counted from sqlite-vec's plain shadow tables where they are readable.
+                vectors, slots = (found.live, found.slots) if found else (0, 0)
+            elif found is None:
                 vectors = slots = _scalar(conn, f"SELECT count(*) FROM {vec_table(key)}")
             else:
                 vectors, slots = found.live, found.slots

@@ -329,6 +329,17 @@ CREATE INDEX reindexes_collection ON reindexes (collection_id, id);
 CREATE INDEX reindexes_shadow ON reindexes (shadow_id);
 """
 
+# Lexical-only operation: a file indexed while no embedder of its model answered (or without
+# sqlite-vec) has its chunks and full-text rows but no vectors yet (`vectors_pending`); its job
+# waits to fill them. A collection records its model's context, so that chunking can be
+# resolved while that model's embedders are away.
+_V8_LEXICAL_ONLY = """
+ALTER TABLE collection_files ADD COLUMN vectors_pending INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX collection_files_vectors_pending ON collection_files (collection_id)
+    WHERE vectors_pending = 1;
+ALTER TABLE collections ADD COLUMN max_input_tokens INTEGER NOT NULL DEFAULT 0;
+"""
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -337,6 +348,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V5_VECTOR_INDEX),
     _script(_V6_CONVERSATIONS),
     _script(_V7_REINDEX),
+    _script(_V8_LEXICAL_ONLY),
 ]
 
 

@@ -25,6 +25,9 @@ class FileCounts:
     completed: int = 0
     failed: int = 0
     cancelled: int = 0
+    # Of the completed: files searchable lexically whose vectors are still to be written
+    # (indexed while no embedder of the model answered, or without sqlite-vec).
+    vectors_pending: int = 0
 
     @property
     def total(self) -> int:
@@ -54,6 +57,9 @@ class Collection:
     # How vector searches run: "exact", "building" (a coarse index, searches still exact)
     # or "coarse" (coarse + exact rescoring; see vector_index.py).
     vector_index: str = "exact"
+    # The model's context in tokens, as its embedder reported it at creation (0: unknown,
+    # collections made before schema 8).
+    max_input_tokens: int = 0
     # The latest re-index (reindex.py), if any.
     reindex: Reindex | None = None
 
@@ -165,6 +171,8 @@ class CollectionFile:
     batch_id: str = ""
     # True when an attach found this file (or one with the same content) already there.
     deduplicated: bool = False
+    # Completed and searchable lexically; its vectors are still to be written.
+    vectors_pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,6 +213,10 @@ class ClaimedJob:
     dimensions: int
     # 1 for the first claim.
     attempt: int
+    # Index the file lexically now (chunks and full-text rows, no vectors): its model's
+    # embedders do not answer, or this store has no vector index. The job stays to fill the
+    # vectors in later.
+    lexical: bool = False
 
 
 # Operations: embedding cache, audit log, stats, backup and vacuum.
@@ -314,6 +326,8 @@ class StoreStatus:
     # A write failed for lack of space and the disk has not had room since.
     storage_full: bool
     models: list[ModelUse] = field(default_factory=list)
+    # Why sqlite-vec could not be loaded; "" when it was. Set: the store is lexical-only.
+    vector_index_error: str = ""
 
 
 @dataclass(frozen=True)

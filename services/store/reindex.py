@@ -88,8 +88,16 @@ def start(
             )
         conn.execute(
             "INSERT INTO collections (public_id, name, model, dimensions, created_at,"
-            " last_active_at, shadow_of) VALUES (?, '', ?, ?, ?, ?, ?)",
-            (SHADOW_PREFIX + secrets.token_hex(12), model, dimensions, now, now, key),
+            " last_active_at, shadow_of, max_input_tokens) VALUES (?, '', ?, ?, ?, ?, ?, ?)",
+            (
+                SHADOW_PREFIX + secrets.token_hex(12),
+                model,
+                dimensions,
+                now,
+                now,
+                key,
+                max(0, max_chunk_tokens),
+            ),
         )
         shadow = conn.last_insert_rowid()
         vector_index.create_tables(conn, shadow, dimensions)

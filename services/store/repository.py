@@ -37,7 +37,7 @@ from services.store import (
     search,
     vector_index,
 )
-from services.store.db import ThreadConnections, atomic
+from services.store.db import ThreadConnections, atomic, vectors_available, vectors_error
 from services.store.disk import DiskWatch
 from services.store.errors import MaintenanceRunning
 from services.store.records import (
@@ -124,8 +124,18 @@ class Repository:
         return self._connections.get()
 
     def migrate(self) -> int:
-        """Brings the schema up to date; returns its version. Raises DatabaseTooNew."""
-        return migrations.migrate(self._conn())
+        """Brings the schema up to date; returns its version. Raises DatabaseTooNew. With
+        sqlite-vec loaded, also creates the vector tables of collections made without it."""
+        version = migrations.migrate(self._conn())
+        if vectors_available():
+            vector_index.create_missing(self._conn())
+        return version
+
+    @property
+    def vectors(self) -> bool:
+        """sqlite-vec is loaded (see db.vectors_available)."""
+        self._conn()  # the first connection decides
+        return vectors_available()
 
     def close(self) -> None:
         self._connections.close()
@@ -146,6 +156,8 @@ class Repository:
         short transaction at a time; True while work remains. The server calls it from a
         background loop; one caller at a time."""
         conn = self._conn()
+        if not vectors_available():
+            return False
         deadline = time.monotonic() + budget_seconds
         pending = vector_index.pending_builds(conn, self.index)
         self._builds = {key: self._builds.get(key, 0) for key in pending}
@@ -170,6 +182,7 @@ class Repository:
         metadata: Mapping[str, str] | None = None,
         expires_anchor: str = "",
         expires_days: int = 0,
+        max_input_tokens: int = 0,
     ) -> Collection:
         return catalog.create(
             self._conn(),
@@ -180,6 +193,7 @@ class Repository:
             now=self._now(),
             expires_anchor=expires_anchor,
             expires_days=expires_days,
+            max_input_tokens=max_input_tokens,
         )
 
     def update_collection(
@@ -411,6 +425,7 @@ class Repository:
         lease_seconds: int,
         models: Sequence[EmbeddingModel] = (),
         waiting: Sequence[str] = (),
+        lexical: bool = False,
     ) -> list[ClaimedJob]:
         return jobs.claim(
             self._conn(),
@@ -420,6 +435,8 @@ class Repository:
             now=self._now(),
             models=models,
             waiting=waiting,
+            lexical=lexical,
+            vectors=self.vectors,
             max_attempts=self._max_attempts,
         )
 
@@ -438,15 +455,16 @@ class Repository:
         job_id: int,
         worker_id: str,
         chunks: Sequence[ChunkInput],
-        vectors: npt.ArrayLike,
+        vectors: npt.ArrayLike | None,
         model: str,
     ) -> CollectionFile:
+        """`vectors` None: a lexical pass (jobs.complete)."""
         return jobs.complete(
             self._conn(),
             job_id=job_id,
             worker_id=worker_id,
             chunks=chunks,
-            vectors=np.asarray(vectors, dtype=np.float32),
+            vectors=None if vectors is None else np.asarray(vectors, dtype=np.float32),
             model=model,
             now=self._now(),
         )
@@ -555,6 +573,7 @@ class Repository:
             disk_total_bytes=usage.total_bytes,
             storage_full=self.disk.full,
             models=catalog.models_in_use(self._conn(), served),
+            vector_index_error="" if self.vectors else vectors_error(),
         )
 
     @contextmanager

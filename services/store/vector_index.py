@@ -33,7 +33,8 @@ from typing import cast
 import apsw
 
 from services.common.vocabulary import BUILDING, COARSE, EXACT, INDEX_KINDS
-from services.store.db import atomic
+from services.store.db import atomic, vectors_available, vectors_error
+from services.store.errors import VectorsUnavailable
 
 # collections.vector_index
 KINDS = INDEX_KINDS
@@ -93,14 +94,50 @@ def coarse_table(key: int) -> str:
 
 
 def create_tables(conn: apsw.Connection, key: int, dimensions: int) -> None:
-    """DDL for a new collection, inside the caller's transaction. It starts exact."""
+    """DDL for a new collection, inside the caller's transaction. It starts exact. Without
+    sqlite-vec there is none yet: create_missing makes it once sqlite-vec loads."""
+    if not vectors_available():
+        return
     conn.execute(
         f"CREATE VIRTUAL TABLE {vec_table(key)} "
         f"USING vec0(embedding float[{dimensions:d}] distance_metric=cosine)"
     )
 
 
+def has_table(conn: apsw.Connection, key: int) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (vec_table(key),)
+    ).fetchall()
+    return bool(row)
+
+
+def create_missing(conn: apsw.Connection) -> int:
+    """Creates the vec0 tables of collections made while sqlite-vec was not loaded; returns
+    how many. Called at startup, when it is."""
+    made = 0
+    with atomic(conn):
+        rows = conn.execute("SELECT id, dimensions FROM collections ORDER BY id").fetchall()
+        for key, dimensions in rows:
+            if not has_table(conn, cast(int, key)):
+                create_tables(conn, cast(int, key), cast(int, dimensions))
+                made += 1
+    return made
+
+
+def _need_vectors(what: str) -> None:
+    if not vectors_available():
+        raise VectorsUnavailable(
+            f"{what} needs the vector index, and this store runs without sqlite-vec "
+            f"(lexical-only): {vectors_error()}"
+        )
+
+
 def drop_tables(conn: apsw.Connection, key: int) -> None:
+    if not vectors_available():
+        if has_table(conn, key):
+            # A vec0 table cannot be dropped without its module: the drop would be lost.
+            _need_vectors("deleting a vector store that has vectors")
+        return
     conn.execute(f"DROP TABLE {vec_table(key)}")
     conn.execute(f"DROP TABLE IF EXISTS {coarse_table(key)}")
     conn.execute(f"DROP TABLE IF EXISTS {float_table(key)}")
@@ -121,6 +158,7 @@ def kind(conn: apsw.Connection, key: int) -> str:
 def insert(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, bytes]]) -> None:
     """Writes (chunk id, float32 blob) pairs to every table the collection has (in the
     caller's transaction)."""
+    _need_vectors("writing vectors")
     conn.executemany(f"INSERT INTO {vec_table(key)} (rowid, embedding) VALUES (?, ?)", rows)
     if kind(conn, key) != EXACT:
         _insert_coarse(conn, key, rows)
@@ -136,6 +174,10 @@ def _insert_coarse(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, by
 
 
 def delete(conn: apsw.Connection, key: int, ids: Sequence[int]) -> None:
+    """Deletes the vectors of these chunks (callers leave out chunks known to have none)."""
+    if not ids:
+        return
+    _need_vectors("deleting chunks that have vectors")
     params = [(i,) for i in ids]
     conn.executemany(f"DELETE FROM {vec_table(key)} WHERE rowid = ?", params)
     if kind(conn, key) != EXACT:

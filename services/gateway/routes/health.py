@@ -49,6 +49,10 @@ async def ready(request: Request) -> JSONResponse:
                 store_pb2.GetStatusRequest(served=served), timeout=2.0
             )
             body["disk"] = disk(status)
+            # A store without sqlite-vec serves (lexical-only): ready, and says why.
+            body["vector_index"] = "unavailable" if status.vector_index_error else "available"
+            if status.vector_index_error:
+                body["vector_index_error"] = status.vector_index_error
         except ApiError:
             body["disk"] = None
         else:

@@ -34,11 +34,11 @@ from services.gateway.params import (
     paging,
 )
 from services.gateway.routes import services
-from services.gateway.search import Deadlines, Search, search
+from services.gateway.search import EMBEDDER_UNAVAILABLE, Deadlines, Search, search
 from services.pb import store_pb2
 
 DEGRADED_HEADER = "X-Ragd-Degraded"
-DEGRADED_REASON = "embedder-unavailable"
+DEGRADED_REASON = EMBEDDER_UNAVAILABLE
 
 
 def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
@@ -74,6 +74,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
             dimensions=model.dimensions,
             expires_anchor=expires[0] if expires else "",
             expires_days=expires[1] if expires else 0,
+            max_input_tokens=model.max_input_tokens,
         )
     )
     if file_ids:
@@ -221,7 +222,7 @@ async def search_vector_store(request: Request) -> JSONResponse:
             "mode": found.mode,
             "degraded": found.degraded,
         },
-        headers={DEGRADED_HEADER: DEGRADED_REASON} if found.degraded else None,
+        headers={DEGRADED_HEADER: found.reason} if found.degraded else None,
     )
 
 

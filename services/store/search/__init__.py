@@ -16,8 +16,8 @@ from services.common.vectors import FloatMatrix, to_bytes
 from services.common.vocabulary import HYBRID, LEXICAL, SEARCH_MODES, VECTOR
 from services.store import catalog
 from services.store.compat import check_vectors
-from services.store.db import atomic
-from services.store.errors import InvalidArgument
+from services.store.db import atomic, vectors_available, vectors_error
+from services.store.errors import InvalidArgument, VectorsUnavailable
 from services.store.records import SearchHit
 from services.store.search import hybrid, lexical, vector
 from services.store.search.filters import Filter, compile_filter
@@ -43,6 +43,20 @@ def _check(mode: str, query: FloatMatrix | None, text: str, k: int, threshold: f
         raise InvalidArgument("lexical and hybrid search need a non-empty query_text")
 
 
+def runnable_mode(mode: str, text: str) -> str:
+    """The mode a search asked in `mode` runs in here: lexically (degraded, the caller sees
+    it in the reply's mode) when this store has no sqlite-vec and the query has text."""
+    mode = mode or VECTOR
+    if mode == LEXICAL or vectors_available():
+        return mode
+    if not text:
+        raise VectorsUnavailable(
+            f"a {mode} search without query text needs the vector index, and this store runs "
+            f"without sqlite-vec (lexical-only): {vectors_error()}"
+        )
+    return LEXICAL
+
+
 def run(
     conn: apsw.Connection,
     *,
@@ -64,7 +78,7 @@ def run(
     only chunks of files whose attributes match compete. `exact` skips the coarse index.
     A query in the wire format (float32 bytes) goes to sqlite-vec as it came, checked in place.
     """
-    mode = mode or VECTOR
+    mode = runnable_mode(mode, text)
     values = None
     if isinstance(query, bytes):
         if len(query) % 4:

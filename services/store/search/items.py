@@ -17,7 +17,7 @@ import apsw
 from services.common.vocabulary import LEXICAL, SEARCH_MODES, VECTOR
 from services.store import conversations
 from services.store.conversations import ITEM_COLUMNS, ITEM_FROM, item_record
-from services.store.db import atomic
+from services.store.db import atomic, vectors_available
 from services.store.errors import InvalidArgument
 from services.store.records import ItemHit, PendingText
 from services.store.search.hybrid import candidate_count, reciprocal_rank_fusion
@@ -77,6 +77,8 @@ def search(
         raise InvalidArgument(f"mode must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
     if mode != LEXICAL and (not vector or len(vector) % 4 or not model):
         raise InvalidArgument(f"a {mode} history search needs the query's vector and its model")
+    if not vectors_available():
+        mode = LEXICAL  # a store without sqlite-vec has the text index only
     with atomic(conn, write=False):
         condition, scope = "", []
         if conversation_id:

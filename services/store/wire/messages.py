@@ -121,6 +121,7 @@ def file_counts_message(counts: FileCounts) -> pb.FileCounts:
         failed=counts.failed,
         cancelled=counts.cancelled,
         total=counts.total,
+        vectors_pending=counts.vectors_pending,
     )
 
 
@@ -141,6 +142,7 @@ def collection_message(collection: Collection) -> pb.Collection:
         expires_days=collection.expires_days,
         expires_at=collection.expires_at,
         vector_index=collection.vector_index,
+        max_input_tokens=collection.max_input_tokens,
     )
     if (reindex := collection.reindex) is not None:
         message.reindex.CopyFrom(
@@ -195,6 +197,7 @@ def collection_file_message(record: CollectionFile) -> pb.CollectionFile:
         filename=record.filename,
         batch_id=record.batch_id,
         deduplicated=record.deduplicated,
+        vectors_pending=record.vectors_pending,
     )
     if record.last_error is not None:
         message.last_error.CopyFrom(
@@ -233,6 +236,7 @@ def job_message(job: ClaimedJob) -> pb.Job:
         model=job.model,
         dimensions=job.dimensions,
         attempt=job.attempt,
+        lexical=job.lexical,
     )
 
 
@@ -279,6 +283,7 @@ def status_message(status: StoreStatus) -> pb.StoreStatus:
             )
             for use in status.models
         ],
+        vector_index_error=status.vector_index_error,
     )
 
 

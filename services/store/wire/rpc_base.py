@@ -34,6 +34,7 @@ from services.store.errors import (
     ResponseNotFound,
     StorageFull,
     StoreError,
+    VectorsUnavailable,
 )
 from services.store.repository import DEFAULT_LIST_LIMIT, Repository
 
@@ -68,6 +69,7 @@ _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (MaintenanceRunning, grpc.StatusCode.ABORTED),
     (ReindexRunning, grpc.StatusCode.ABORTED),
     (NoReindex, grpc.StatusCode.FAILED_PRECONDITION),
+    (VectorsUnavailable, grpc.StatusCode.UNAVAILABLE),
 ]
 
 

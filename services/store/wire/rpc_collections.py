@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from services.common.grpc_server import Context
 from services.common.vectors import check_size
-from services.common.vocabulary import LEXICAL, VECTOR
+from services.common.vocabulary import LEXICAL
 from services.pb import store_pb2 as pb
 from services.store.errors import InvalidArgument
 from services.store.records import EmbeddingModel
+from services.store.search import runnable_mode
 from services.store.wire.messages import (
     attributes_from_message,
     chunking_from_message,
@@ -37,6 +38,7 @@ class CollectionRpcs(RpcBase):
                 metadata=dict(request.metadata),
                 expires_anchor=request.expires_anchor,
                 expires_days=request.expires_days,
+                max_input_tokens=request.max_input_tokens,
             ),
         )
         return collection_message(collection)
@@ -135,7 +137,7 @@ class CollectionRpcs(RpcBase):
 
     async def Search(self, request: pb.SearchRequest, context: Context) -> pb.SearchResponse:
         def work() -> pb.SearchResponse:
-            mode = request.mode or VECTOR
+            mode = runnable_mode(request.mode, request.query_text)
             query = None
             if mode != LEXICAL:
                 try:

@@ -29,6 +29,7 @@ class JobRpcs(RpcBase):
                 lease_seconds=request.lease_seconds or DEFAULT_LEASE_SECONDS,
                 models=[EmbeddingModel(m.name, m.dimensions) for m in request.models],
                 waiting=list(request.waiting_models),
+                lexical=request.lexical,
             ),
         )
         return pb.ClaimJobsResponse(jobs=[job_message(job) for job in claimed])
@@ -49,7 +50,11 @@ class JobRpcs(RpcBase):
     ) -> pb.CollectionFile:
         def work() -> pb.CollectionFile:
             chunks = chunks_from_message(list(request.chunks))
-            vectors = decode_vectors(request.vectors, request.dimensions, len(chunks))
+            vectors = (
+                None
+                if request.lexical
+                else decode_vectors(request.vectors, request.dimensions, len(chunks))
+            )
             record = self._repository.complete_job(
                 request.job_id, request.worker_id, chunks, vectors, request.model
             )

@@ -21,6 +21,7 @@ from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
 from services.pb import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
+from services.store.db import use_sqlite_vec
 from services.store.errors import DatabaseTooNew
 from services.store.repository import OperationsSettings, Repository
 from services.store.vector_index import IndexSettings
@@ -44,6 +45,7 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
     Health reports NOT_SERVING until the database is migrated, then SERVING; this returns once
     SERVING. Stopping the server also shuts its worker threads and closes the database.
     """
+    use_sqlite_vec(config.sqlite_vec_path)
     repository = Repository(
         config.db_path,
         operations=OperationsSettings(
