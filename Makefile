@@ -94,12 +94,12 @@ typecheck: setup
 	$(VENV)/bin/mypy services tests bench
 
 # Benchmarks (see BENCHMARKS.md): ratios against in-process and alternative baselines.
-# `make bench` (~10 min on 2 cores) also updates BENCHMARKS.md and bench/latest.png;
-# `make bench-quick` is the 1-2 minute smoke version. Extra flags: BENCH_ARGS="--large".
+# `make bench` (~40 min on 2 cores) also updates BENCHMARKS.md and bench/latest.png;
+# `make bench-quick` is the ~4 minute smoke version. Extra flags: BENCH_ARGS="--large".
 .PHONY: bench bench-quick
 BENCH_ARGS ?=
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(PIP) install --quiet -e '.[embedder,store,gateway,model,dev,bench]'
+	$(PIP) install --quiet -e '.[embedder,store,gateway,model,dev,bench,peer]'
 	touch $@
 
 bench: setup $(VENV)/.bench-installed

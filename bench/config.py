@@ -1,4 +1,4 @@
-"""Benchmark sizes: the default run (~10 minutes on 2 cores), --quick (1-2 minutes), overrides."""
+"""Benchmark sizes: the default run (~40 minutes on 2 cores), --quick (~4 minutes), overrides."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 from bench.processes import ROOT
 
 SCENARIOS = (
-    "embedding", "ingest", "search", "footprint", "gateway", "contention", "chat", "reindex"
+    "embedding", "ingest", "search", "footprint", "gateway", "contention", "chat", "reindex",
+    "quality",
 )  # fmt: skip
 RESULTS_DIR = ROOT / "bench" / "results"
 
@@ -49,6 +50,8 @@ class BenchConfig:
     # long the idle stack is searched first for the baseline latencies.
     reindex_files: int = 2_000
     reindex_idle_seconds: float = 30.0
+    # Scenario 9: query/document pairs of the standard library's docstrings (all: ~1,300).
+    quality_docs: int = 5_000
     out_dir: Path = RESULTS_DIR
     cache_dir: Path = RESULTS_DIR / "cache"
     # Update BENCHMARKS.md and bench/latest.png with this run.
@@ -70,6 +73,7 @@ QUICK = BenchConfig(
     load_batch=1_000,
     reindex_files=60,
     reindex_idle_seconds=5.0,
+    quality_docs=150,
     label="quick",
 )
 

@@ -20,6 +20,7 @@ from bench import (
     gateway,
     ingest,
     machine,
+    quality,
     reindex,
     report,
     search,
@@ -38,6 +39,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "contention": contention.run,
     "chat": chat.run,
     "reindex": reindex.run,
+    "quality": quality.run,
 }
 
 
