@@ -277,16 +277,18 @@ def test_hybrid_lifts_the_exact_keyword_match_above_vector_neighbours(repo: Repo
     hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
     assert texts(hybrid)[0] == target
     scores = [hit.score for hit in hybrid]
-    assert scores[0] == 1.0 and scores == sorted(scores, reverse=True)
+    # The top hit scores the best vector score among the candidates; the rest keep RRF order.
+    best_vector = max(hit.score for hit in repo.search(collection_id, query, k=50))
+    assert scores[0] == pytest.approx(best_vector) and scores == sorted(scores, reverse=True)
     assert all(0.0 < score <= 1.0 for score in scores)
-    # The threshold applies to the fused, normalized scores.
+    # The threshold applies to those final scores.
     cut = repo.search(
         collection_id,
         query,
         k=7,
         mode="hybrid",
         query_text="frobnicator E1234",
-        score_threshold=0.99,
+        score_threshold=best_vector * 0.99,
     )
     assert texts(cut) == [target]
 
@@ -299,7 +301,7 @@ def test_hybrid_and_lexical_apply_the_filter_to_both_lists(repo: Repository) -> 
             collection_id, query, k=7, mode=mode, query_text="E1234 error", filter=storage
         )
         assert len(hits) == 6 and target not in texts(hits), mode
-        assert hits[0].score == 1.0
+        assert hits[0].score == 1.0 if mode == "lexical" else 0.5 < hits[0].score <= 1.0
 
 
 def test_a_query_without_words_falls_back_to_the_vector_ranking(repo: Repository) -> None:
@@ -307,7 +309,8 @@ def test_a_query_without_words_falls_back_to_the_vector_ranking(repo: Repository
     vector = repo.search(collection_id, query, k=7)
     hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="?!")
     assert texts(hybrid) == texts(vector)
-    assert hybrid[1].score == pytest.approx((RRF_K + 1) / (RRF_K + 2))
+    assert hybrid[0].score == pytest.approx(vector[0].score)
+    assert hybrid[1].score == pytest.approx(vector[0].score * (RRF_K + 1) / (RRF_K + 2))
 
 
 # Arguments
@@ -429,8 +432,11 @@ def test_filtered_lexical_and_hybrid_are_exact(
     assert [hit.chunk_id for hit in hybrid] == [chunk_id for chunk_id, _ in fused[:k]]
     for hits in (lexical_hits, hybrid):
         assert all(hit.file_id in keep for hit in hits)
-        if hits:
-            assert hits[0].score == 1.0
+    if lexical_hits:
+        assert lexical_hits[0].score == 1.0
+    vector_scores = [hit.score for hit in every_vector if hit.file_id in keep][:n]
+    if hybrid:
+        assert hybrid[0].score == pytest.approx(max(vector_scores, default=1.0))
 
 
 # Over gRPC

@@ -394,9 +394,10 @@ SCHEMAS: dict[str, Schema] = {
         rewrite_query=BOOL,
         mode={
             "description": "ragd extension: vector (embedding KNN), lexical (bm25 over the "
-            "chunk text, no embedder needed) or hybrid (reciprocal rank fusion of both)",
+            "chunk text, no embedder needed) or hybrid (reciprocal rank fusion of both, "
+            "the default)",
             "enum": list(v.SEARCH_MODES),
-            "default": v.VECTOR,
+            "default": v.DEFAULT_SEARCH_MODE,
         },
         exact={
             "description": "ragd extension: rank by an exhaustive scan instead of the coarse "

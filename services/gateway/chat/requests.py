@@ -141,6 +141,7 @@ def _file_search(tool: dict[str, Any], index: int) -> FileSearchTool:
     if ranker not in RANKERS:
         raise invalid(f"'{name}.ranking_options.ranker' must be one of {', '.join(RANKERS)}")
     threshold = optional_number(ranking, "score_threshold", 0.0, 0.0, 1.0)
+    # Accepted and checked; ranking is ragd's default (hybrid) whether it is sent or not.
     hybrid = optional_object(ranking, "hybrid_search")
     if hybrid is not None:
         for weight in ("embedding_weight", "text_weight"):
@@ -151,7 +152,6 @@ def _file_search(tool: dict[str, Any], index: int) -> FileSearchTool:
         max_num_results=k,
         score_threshold=threshold,
         filter=filters,
-        hybrid=hybrid is not None,
         raw=tool,
     )
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.vocabulary import HYBRID, VECTOR
+from services.common.vocabulary import DEFAULT_SEARCH_MODE
 from services.gateway import errors
 from services.gateway.attributes import attributes_python
 from services.gateway.chat import context
@@ -45,8 +45,6 @@ class FileSearchTool:
     max_num_results: int
     score_threshold: float
     filter: store_pb2.Filter | None
-    # ranking_options.hybrid_search was sent: rank by RRF of vector and text results.
-    hybrid: bool
     # As the client sent it, echoed in the response's `tools`.
     raw: dict[str, Any]
 
@@ -462,7 +460,7 @@ async def _file_search(
             store_id,
             [query],
             tool.max_num_results,
-            HYBRID if tool.hybrid else VECTOR,
+            DEFAULT_SEARCH_MODE,
             tool.score_threshold,
             tool.filter,
         )

@@ -9,13 +9,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.common.vocabulary import (
+    DEFAULT_SEARCH_MODE,
     MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
     MAX_SEARCH_RESULTS,
     RANKERS,
     SEARCH_MODES,
-    VECTOR,
 )
 from services.gateway import objects
 from services.gateway.attach import Attachment
@@ -161,7 +161,7 @@ def _queries(body: dict[str, Any]) -> list[str]:
 
 def _search_request(store_id: str, body: dict[str, Any]) -> Search:
     queries = _queries(body)
-    mode = optional_str(body, "mode", VECTOR) or VECTOR
+    mode = optional_str(body, "mode", DEFAULT_SEARCH_MODE) or DEFAULT_SEARCH_MODE
     if mode not in SEARCH_MODES:
         raise invalid(
             f"'mode' must be one of {', '.join(SEARCH_MODES)}, got {mode!r}", param="mode"

@@ -4,8 +4,13 @@ RRF (Cormack, Clarke and Buettcher, 2009) scores a chunk sum(1 / (RRF_K + rank))
 lists it appears in, ranks starting at 1. It needs no calibration between cosine scores and
 bm25, which live on unrelated scales, and a chunk near the top of either list stays near the
 top of the fusion. Each list contributes its top candidate_count(k) chunks, under the same
-attribute filter; fused scores are then divided by the best one, so the top hit scores 1 and
-score_threshold applies to those final scores.
+attribute filter.
+
+RRF scores mean nothing across queries, so the reported scores are the fused ones divided by
+the best (order kept) times the best vector score among the candidates: the top hit scores as
+close as anything in the store came to the query's meaning, and score_threshold keeps what it
+keeps in vector mode, an unrelated query's hits included (they score low, not 1). Without
+vector candidates (no vectors yet: lexical-only operation) the top hit scores 1.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ def fuse(
     lexical_hits: Sequence[SearchHit],
     k: int,
 ) -> list[SearchHit]:
-    """The top k of the fused ranking, scores normalized so the best is 1."""
+    """The top k of the fused ranking, scaled so the best scores the best vector score."""
     by_id = {hit.chunk_id: hit for hit in lexical_hits}
     by_id.update((hit.chunk_id, hit) for hit in vector_hits)
     fused = reciprocal_rank_fusion(
@@ -57,7 +62,8 @@ def fuse(
     if not fused:
         return []
     best = fused[0][1]
+    scale = max((hit.score for hit in vector_hits), default=1.0)
     return [
-        dataclasses.replace(by_id[chunk_id], score=min(1.0, value / best))
+        dataclasses.replace(by_id[chunk_id], score=min(1.0, value / best) * scale)
         for chunk_id, value in fused[:k]
     ]
