@@ -123,7 +123,10 @@ def test_the_index_follows_inserts_replacements_and_deletes(repo: Repository) ->
     [
         ("E1234 frobnicator", '"E1234" OR "frobnicator"'),
         ('say "hi"', '"say" OR """hi"""'),
-        ("a  A\tb\n", '"a" OR "b"'),
+        ("x  X\ty\n", '"x" OR "y"'),
+        # Function words go, unless there is nothing else.
+        ("how do I decode base64?", '"decode" OR "base64?"'),
+        ("to be or not to be", '"to" OR "be" OR "or" OR "not"'),
         ("nul\x00byte", '"nulbyte"'),
         ("  ", None),
     ],

@@ -9,6 +9,7 @@ rather than per collection: a rare word is rare everywhere.
 from __future__ import annotations
 
 import json
+import string
 from typing import cast
 
 import apsw
@@ -17,6 +18,19 @@ from services.store.records import SearchHit, chunk_public_id
 
 # Words of the query beyond this many distinct ones are ignored: each is one posting-list scan.
 MAX_QUERY_TERMS = 64
+
+# English function words, left out of a query that has other words. OR-ed in, each matches
+# nearly every chunk: bm25 then scores the whole index for a few points of weight (their IDF
+# is near zero), which is where a natural-language query's time went. Lucene's English set
+# plus pronouns, question words and auxiliaries, the rest of a typical question's glue.
+STOPWORDS = frozenset(
+    """a an and are as at be but by for if in into is it no not of on or such that the their
+    then there these they this to was will with i me my we our you your he him his she her its
+    them what which who whom whose when where why how do does did done doing has have had
+    having am been being were can could should would may might must shall from about than
+    so too very just also any all some each more most other only own same up down out off
+    over under again further once here both few nor s t""".split()
+)
 
 # FTS5 first, materialized, so the planner cannot turn the join around and run a full-text
 # query per chunk of the collection; then the same restriction as the vector search: this
@@ -35,6 +49,8 @@ ORDER BY fts.rank, fts.chunk_id
 LIMIT ?
 """
 
+_PUNCTUATION = string.punctuation + "\u2018\u2019\u201c\u201d"
+
 # chunk id, bm25, file id, chunk index, text, filename, attributes JSON
 _HitRow = tuple[int, float, str, int, str, str, str]
 
@@ -46,9 +62,9 @@ def fts_query(text: str) -> str | None:
     so no user text is a syntax error; a quote inside a word is doubled, FTS5's only escape.
     A quoted word is tokenized like the indexed text, so "E-1234" or "snake_case" must match
     as adjacent tokens. OR lets documents that match only some words count, ranked by bm25.
-    None when the text has no words.
+    STOPWORDS are left out unless the text has nothing else. None when it has no words.
     """
-    terms: list[str] = []
+    words: list[tuple[str, bool]] = []
     seen: set[str] = set()
     for word in text.split():
         # FTS5 reads its query as a C string: a NUL would cut it short.
@@ -57,9 +73,10 @@ def fts_query(text: str) -> str | None:
         if not word or key in seen:
             continue
         seen.add(key)
-        terms.append('"' + word.replace('"', '""') + '"')
-        if len(terms) == MAX_QUERY_TERMS:
-            break
+        words.append((word, key.strip(_PUNCTUATION) in STOPWORDS))
+    if not all(stop for _, stop in words):
+        words = [(word, stop) for word, stop in words if not stop]
+    terms = ['"' + word.replace('"', '""') + '"' for word, _ in words[:MAX_QUERY_TERMS]]
     return " OR ".join(terms) if terms else None
 
 
