@@ -12,6 +12,7 @@ import gguf
 import numpy as np
 import pytest
 
+from services.common.vectors import FloatMatrix
 from services.embedder.convert import (
     KEY_MAX_INPUT_TOKENS,
     KEY_SOURCE_SHA256,
@@ -90,15 +91,40 @@ def test_second_run_skips_and_changes_rewrite(tmp_path: Path) -> None:
     assert convert(out, name="other-name").written
 
 
-def test_f32_output_embeds_like_f16(tmp_path: Path, embedding_model: EmbeddingModel) -> None:
+TEXTS = ["a cat sits on the mat", "quarterly revenue grew by 12%"]
+
+
+def _embedded(path: Path) -> FloatMatrix:
+    with EmbeddingModel(path, threads=1) as model:
+        return model.embed(TEXTS).vectors
+
+
+@pytest.fixture(scope="module")
+def f16_vectors(tmp_path_factory: pytest.TempPathFactory) -> FloatMatrix:
+    out = tmp_path_factory.mktemp("f16") / "f16.gguf"
+    convert(out, out_type="f16")
+    return _embedded(out)
+
+
+def test_q8_0_output_quantizes_the_block_matrices_only(
+    tmp_path: Path, f16_vectors: FloatMatrix
+) -> None:
+    out = tmp_path / "q8.gguf"
+    convert(out, out_type="q8_0")
+    types = {tensor.name: tensor.tensor_type for tensor in gguf.GGUFReader(out).tensors}
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert types["token_embd.weight"] == gguf.GGMLQuantizationType.F32
+    assert types["blk.5.layer_output_norm.bias"] == gguf.GGMLQuantizationType.F32
+    cosines = np.sum(_embedded(out) * f16_vectors, axis=1)
+    assert float(cosines.min()) >= 0.999, cosines
+
+
+def test_f32_output_embeds_like_f16(tmp_path: Path, f16_vectors: FloatMatrix) -> None:
     out = tmp_path / "f32.gguf"
     convert(out, out_type="f32")
-    texts = ["a cat sits on the mat", "quarterly revenue grew by 12%"]
     with EmbeddingModel(out, threads=1) as f32:
         assert f32.info.name == "f32"
-        expected = embedding_model.embed(texts).vectors
-        got = f32.embed(texts).vectors
-    np.testing.assert_allclose(np.sum(expected * got, axis=1), 1.0, atol=1e-4)
+    np.testing.assert_allclose(np.sum(_embedded(out) * f16_vectors, axis=1), 1.0, atol=1e-4)
 
 
 def _drop_modules(path: Path) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
+import gguf.quants
 import numpy as np
 import numpy.typing as npt
 from safetensors import safe_open
@@ -32,7 +33,12 @@ CONVERTER_VERSION = 1
 KEY_SOURCE_SHA256 = "ragd.source_sha256"
 KEY_MAX_INPUT_TOKENS = "ragd.max_input_tokens"
 KEY_NORMALIZE = "ragd.normalize"
-OUT_TYPES = ("f16", "f32")
+OUT_TYPES = ("f16", "f32", "q8_0")
+_FILE_TYPES = {
+    "f16": gguf.LlamaFileType.MOSTLY_F16,
+    "f32": gguf.LlamaFileType.ALL_F32,
+    "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+}
 
 _POOLING_TYPES = {
     "mean": gguf.PoolingType.MEAN,
@@ -123,7 +129,8 @@ def _tensor_name(name: str, names: gguf.TensorNameMap) -> str | None:
 
 def _tensors(
     checkpoint: Checkpoint, out_type: str
-) -> Iterator[tuple[str, npt.NDArray[np.generic]]]:
+) -> Iterator[tuple[str, npt.NDArray[np.generic], gguf.GGMLQuantizationType | None]]:
+    """(GGUF name, data, its quantized type or None for plain f16/f32 arrays)."""
     names = gguf.get_tensor_name_map(
         gguf.MODEL_ARCH.BERT, int(checkpoint.config["num_hidden_layers"])
     )
@@ -137,12 +144,16 @@ def _tensors(
                     data = np.asarray(weights.get_tensor(key), dtype=np.float32)
                 except (TypeError, ValueError) as error:
                     raise ConversionError(f"{path}: cannot read tensor {key}: {error}") from None
-                # Only the block matrices may be f16: ggml cannot add an f16 embedding or
-                # norm to the f32 activations.
-                if out_type == "f16" and data.ndim == 2 and target.startswith("blk."):
-                    yield target, data.astype(np.float16)
+                # Only the block matrices may be f16 or q8_0: ggml cannot add an f16 embedding
+                # or norm to the f32 activations. q8_0 blocks are 32 values along a row.
+                block = data.ndim == 2 and target.startswith("blk.")
+                if out_type == "f16" and block:
+                    yield target, data.astype(np.float16), None
+                elif out_type == "q8_0" and block and data.shape[1] % 32 == 0:
+                    kind = gguf.GGMLQuantizationType.Q8_0
+                    yield target, gguf.quants.quantize(data, kind), kind
                 else:
-                    yield target, data
+                    yield target, data, None
 
 
 def _add_metadata(
@@ -150,9 +161,7 @@ def _add_metadata(
 ) -> None:
     config = checkpoint.config
     writer.add_name(name)
-    writer.add_file_type(
-        gguf.LlamaFileType.MOSTLY_F16 if out_type == "f16" else gguf.LlamaFileType.ALL_F32
-    )
+    writer.add_file_type(_FILE_TYPES[out_type])
     writer.add_context_length(int(config["max_position_embeddings"]))
     writer.add_embedding_length(int(config["hidden_size"]))
     writer.add_feed_forward_length(int(config["intermediate_size"]))
@@ -194,8 +203,8 @@ def write_gguf(checkpoint: Checkpoint, out: Path, *, name: str, out_type: str, d
     try:
         writer = gguf.GGUFWriter(temp, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])
         _add_metadata(writer, checkpoint, name=name, out_type=out_type, digest=digest)
-        for tensor_name, data in _tensors(checkpoint, out_type):
-            writer.add_tensor(tensor_name, data)
+        for tensor_name, data, raw_dtype in _tensors(checkpoint, out_type):
+            writer.add_tensor(tensor_name, data, raw_dtype=raw_dtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -253,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="out_type",
         choices=OUT_TYPES,
         default="f16",
-        help="type of the block weight matrices (default f16; embeddings and norms stay f32)",
+        help="type of the block weight matrices (default f16; q8_0: 8-bit blocks, ~1.3x faster "
+        "and cosine >= 0.999 to f16 for MiniLM; embeddings and norms stay f32)",
     )
     parser.add_argument("--force", action="store_true", help="rewrite even if up to date")
     args = parser.parse_args(argv)
