@@ -80,6 +80,7 @@ def attach_and_wait(http: httpx.Client, store_id: str, file_ids: Sequence[str]) 
 
 @dataclass(frozen=True)
 class Ingested:
+    store_id: str
     seconds: float
     chunks: int
     file_ids: list[str]
@@ -113,7 +114,7 @@ def ingest(
         collection = store_pb2_grpc.StoreStub(channel).GetCollection(
             store_pb2.GetCollectionRequest(id=store_id)
         )
-    return Ingested(seconds, int(collection.chunk_count), file_ids, chunking)
+    return Ingested(store_id, seconds, int(collection.chunk_count), file_ids, chunking)
 
 
 def _static_sizes(chunking: dict[str, Any]) -> tuple[int, int]:

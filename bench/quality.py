@@ -134,9 +134,7 @@ def run(ctx: Context) -> None:
         with timed(ctx, f"quality: ingest {len(docs)} documents"):
             ingested = ingest(stack, docs, config.ingest_uploaders, "bench-quality")
         index = {file_id: n for n, file_id in enumerate(ingested.file_ids)}
-        with httpx.Client(base_url=stack.url, timeout=30.0) as http:
-            listed = http.get("/v1/vector_stores", params={"limit": 100}).json()["data"]
-        [store_id] = [s["id"] for s in listed if s["name"] == "bench-quality"]
+        store_id = ingested.store_id
         right = list(range(len(pairs)))
         results = {}
         for mode in MODES:

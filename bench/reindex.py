@@ -19,7 +19,7 @@ import httpx
 from bench.context import Context, timed
 from bench.corpus import Document
 from bench.ingest import ingest
-from bench.processes import RunningStack, running_stack
+from bench.processes import running_stack
 from bench.stats import Row, percentile
 from services.embedder.model import EmbeddingModel
 from services.local_chat import model_path as smollm2_path
@@ -86,14 +86,6 @@ class SearchLoad:
                 self._stop.wait(max(0.0, 1 / _SEARCHES_PER_SECOND - elapsed))
 
 
-def _store_id(stack: RunningStack, name: str) -> str:
-    with httpx.Client(base_url=stack.url, timeout=30.0) as http:
-        for store in http.get("/v1/vector_stores", params={"limit": 100}).json()["data"]:
-            if store["name"] == name:
-                return str(store["id"])
-    raise RuntimeError(f"no vector store named {name}")
-
-
 def _reindex(http: httpx.Client, store_id: str) -> dict[str, object]:
     started = http.post(f"/v1/vector_stores/{store_id}/reindex", json={"embedding_model": SMOL})
     if started.status_code != 200:
@@ -133,7 +125,7 @@ def run(ctx: Context) -> None:
     with running_stack(ctx.run_dir / "reindex", config.threads, replicas, models) as stack:
         with timed(ctx, f"reindex: ingest {count} files with {MINILM}"):
             ingested = ingest(stack, docs, config.ingest_uploaders, "bench-reindex")
-        store_id = _store_id(stack, "bench-reindex")
+        store_id = ingested.store_id
         SearchLoad(stack.url, store_id, queries).finish()  # warm-up: one search
         load = SearchLoad(stack.url, store_id, queries)
         time.sleep(config.reindex_idle_seconds)

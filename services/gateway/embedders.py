@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from services.pb import store_pb2
 
 # Vector stores whose model is remembered; a miss costs one GetCollection.
 _REMEMBERED = 10_000
+# How long one round of Info calls answers `availability`, in seconds.
+AVAILABILITY_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,9 @@ class Embedders:
             raise ValueError("a gateway needs at least one embedder")
         self._clients = list(clients)
         self._store_models: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        # The last availability answer and when it was asked: every ingest worker asks before
+        # each claim, and one round of Info calls a second serves them all.
+        self._available: tuple[float, tuple[list[ModelInfo], list[str]]] | None = None
 
     @property
     def default(self) -> EmbedderClient:
@@ -89,8 +95,12 @@ class Embedders:
         return (await self.availability(timeout))[0]
 
     async def availability(self, timeout: float | None = None) -> tuple[list[ModelInfo], list[str]]:
-        """The models of the embedders that answer now (asked again, within `timeout` each),
-        and the names of those that do not: configured ones, or as last reported."""
+        """The models of the embedders that answer now (asked again, within `timeout` each,
+        at most once per AVAILABILITY_SECONDS), and the names of those that do not: configured
+        ones, or as last reported."""
+        now = time.monotonic()
+        if self._available is not None and now - self._available[0] < AVAILABILITY_SECONDS:
+            return self._available[1]
 
         async def one(name: str | None, client: EmbedderClient) -> ModelInfo | str | None:
             try:
@@ -103,6 +113,7 @@ class Embedders:
         answering = [item for item in found if isinstance(item, ModelInfo)]
         names = {info.name.lower() for info in answering}
         silent = [item for item in found if isinstance(item, str) and item.lower() not in names]
+        self._available = (time.monotonic(), (answering, silent))
         return answering, silent
 
     async def names(self) -> list[str]:

@@ -116,6 +116,43 @@ def lookup_key(conn: apsw.Connection, key: int) -> Collection:
     return _to_collection(row)[1]
 
 
+def insert(
+    conn: apsw.Connection,
+    *,
+    public_id: str,
+    name: str,
+    model: str,
+    dimensions: int,
+    now: int,
+    metadata: Mapping[str, str] | None = None,
+    expires: tuple[str, int] = ("", 0),
+    max_input_tokens: int = 0,
+    shadow_of: int | None = None,
+) -> int:
+    """The collection's row and its vector tables, inside the caller's transaction; returns
+    its key. A re-index's hidden collection names the one it will replace in `shadow_of`."""
+    conn.execute(
+        "INSERT INTO collections (public_id, name, metadata, model, dimensions, created_at,"
+        " last_active_at, expires_anchor, expires_days, max_input_tokens, shadow_of)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            public_id,
+            name,
+            json.dumps(dict(metadata or {})),
+            model,
+            dimensions,
+            now,
+            now,
+            *expires,
+            max(0, max_input_tokens),
+            shadow_of,
+        ),
+    )
+    key = conn.last_insert_rowid()
+    vector_index.create_tables(conn, key, dimensions)
+    return key
+
+
 def create(
     conn: apsw.Connection,
     *,
@@ -135,25 +172,17 @@ def create(
         raise InvalidArgument(f"dimensions must be 1..{MAX_DIMENSIONS}, got {dimensions}")
     public_id = ID_PREFIX + secrets.token_hex(12)
     with atomic(conn):
-        conn.execute(
-            "INSERT INTO collections (public_id, name, metadata, model, dimensions, created_at,"
-            " last_active_at, expires_anchor, expires_days, max_input_tokens)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                public_id,
-                name,
-                json.dumps(dict(metadata)),
-                model,
-                dimensions,
-                now,
-                now,
-                expires_anchor,
-                expires_days,
-                max(0, max_input_tokens),
-            ),
+        insert(
+            conn,
+            public_id=public_id,
+            name=name,
+            model=model,
+            dimensions=dimensions,
+            now=now,
+            metadata=metadata,
+            expires=(expires_anchor, expires_days),
+            max_input_tokens=max_input_tokens,
         )
-        key = conn.last_insert_rowid()
-        vector_index.create_tables(conn, key, dimensions)
     return Collection(
         id=public_id,
         name=name,

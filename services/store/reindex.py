@@ -25,7 +25,7 @@ from typing import Any, cast
 
 import apsw
 
-from services.store import attachments, catalog, vector_index
+from services.store import attachments, catalog
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, NoReindex, ReindexRunning
 from services.store.records import Chunking, Collection, FileCounts, Reindex
@@ -86,21 +86,16 @@ def start(
                 f"vector store {collection_id!r} is being re-indexed already; wait for it to "
                 "finish or cancel it first"
             )
-        conn.execute(
-            "INSERT INTO collections (public_id, name, model, dimensions, created_at,"
-            " last_active_at, shadow_of, max_input_tokens) VALUES (?, '', ?, ?, ?, ?, ?, ?)",
-            (
-                SHADOW_PREFIX + secrets.token_hex(12),
-                model,
-                dimensions,
-                now,
-                now,
-                key,
-                max(0, max_chunk_tokens),
-            ),
+        shadow = catalog.insert(
+            conn,
+            public_id=SHADOW_PREFIX + secrets.token_hex(12),
+            name="",
+            model=model,
+            dimensions=dimensions,
+            now=now,
+            max_input_tokens=max_chunk_tokens,
+            shadow_of=key,
         )
-        shadow = conn.last_insert_rowid()
-        vector_index.create_tables(conn, shadow, dimensions)
         conn.execute(
             "INSERT INTO reindexes (collection_id, shadow_id, status, from_model,"
             " from_dimensions, model, dimensions, chunking_json, max_chunk_tokens, created_at)"
