@@ -177,15 +177,17 @@ def test_a_response_with_file_search_cites_the_file(sdk: openai.OpenAI, vector_s
 def test_a_streamed_response_sends_openai_events_in_order(
     sdk: openai.OpenAI, vector_store: str
 ) -> None:
-    events: list[Any] = list(
-        sdk.responses.create(
-            model="smollm2",
-            input=QUESTION,
-            tools=[file_search(vector_store)],  # type: ignore[list-item]
-            temperature=0,
-            stream=True,
-        )
+    # The SDK's stream holds its connection until closed: a context manager closes it.
+    stream = sdk.responses.create(
+        model="smollm2",
+        input=QUESTION,
+        tools=[file_search(vector_store)],  # type: ignore[list-item]
+        temperature=0,
+        stream=True,
     )
+    assert isinstance(stream, openai.Stream)
+    with stream:
+        events: list[Any] = list(stream)
     kinds = [event.type for event in events]
     assert kinds[:7] == [
         "response.created",
@@ -285,16 +287,15 @@ def test_chat_completions_pass_through_and_persist(sdk: openai.OpenAI, http: htt
     )
     history += [{"role": "assistant", "content": reply.choices[0].message.content}]
     history += [{"role": "user", "content": "Name another one."}]
-    chunks = list(
-        sdk.chat.completions.create(
-            model="smollm2",
-            messages=history,
-            max_tokens=12,
-            temperature=0,
-            stream=True,
-            extra_headers=header,
-        )
-    )
+    with sdk.chat.completions.create(
+        model="smollm2",
+        messages=history,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        extra_headers=header,
+    ) as stream:
+        chunks = list(stream)
     streamed = "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices)
     items: list[Any] = list(sdk.conversations.items.list(conversation.id, order="asc"))
     texts = [(item.role, item.content[0].text) for item in items]
