@@ -21,15 +21,17 @@ import sqlite_vec
 from services.common.vocabulary import COARSE, EXACT
 from services.pb import store_pb2 as pb
 from services.pb import store_pb2_grpc
-from services.store import jobs
+from services.store import jobs, resident, vector_index
 from services.store.config import StoreConfig
-from services.store.db import open_database
+from services.store.db import database_key, open_database
 from services.store.records import ChunkInput, ClaimedJob, CollectionFile, File
 from services.store.repository import OperationsSettings, Repository
 from services.store.vector_index import IndexSettings
 from services.store.wire.server import create_server
 
 MODEL = "all-MiniLM-L6-v2"
+# Vectors searched in SQLite only (no copy in memory): for the tests of vector_index's paths.
+IN_SQLITE = resident.ResidentSettings(budget_bytes=0)
 # The vector size of the collections the vs_id fixture and new_collection create.
 DIMS = 8
 
@@ -226,8 +228,34 @@ def check_invariants(path: Path) -> None:
             == []
         )
         conversation_invariants(conn)
+        resident_invariants(conn)
     finally:
         conn.close()
+
+
+def resident_invariants(conn: apsw.Connection) -> None:
+    """Every collection this process holds in memory (resident.py) holds exactly the live
+    vectors of the database, no more, no fewer, the same values."""
+    found = resident.existing(database_key(conn))
+    if found is None:
+        return
+    for key, vectors in found.loaded().items():
+        rows = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = ?", (vector_index.vec_table(key),)
+        ).fetchall()
+        if not rows:
+            assert vectors.live_rows == 0, f"collection {key} dropped but still in memory"
+            continue
+        stored = conn.execute(
+            f"SELECT rowid, embedding FROM {vector_index.vec_table(key)} ORDER BY rowid"
+        ).fetchall()
+        ids, matrix = vectors.rows()
+        assert ids.tolist() == [row[0] for row in stored], f"collection {key}: other rows"
+        if stored:
+            floats = np.frombuffer(b"".join(row[1] for row in stored), dtype="<f4")
+            floats = floats.reshape(len(stored), -1)
+            floats = floats / np.linalg.norm(floats, axis=1, keepdims=True)
+            assert np.allclose(matrix, floats, atol=1e-6), f"collection {key}: other vectors"
 
 
 def check_conversation_invariants(path: Path) -> None:
@@ -235,6 +263,7 @@ def check_conversation_invariants(path: Path) -> None:
     try:
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
         conversation_invariants(conn)
+        resident_invariants(conn)
     finally:
         conn.close()
 

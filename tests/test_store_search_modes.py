@@ -1,4 +1,4 @@
-"""Search modes in the store: the FTS5 index (migration 3), lexical bm25, hybrid RRF."""
+"""Search modes in the store: the FTS5 index (migrations 3 and 9), lexical bm25, hybrid fusion."""
 
 from __future__ import annotations
 
@@ -22,10 +22,13 @@ from services.store.errors import InvalidArgument
 from services.store.records import ChunkInput, SearchHit
 from services.store.repository import Repository
 from services.store.search.filters import Comparison, Filter, matches
+from services.store.search.hits import Candidate
 from services.store.search.hybrid import (
+    FILE_DECAY,
     MIN_CANDIDATES,
     RRF_K,
     candidate_count,
+    fuse,
     reciprocal_rank_fusion,
 )
 from services.store.search.lexical import MAX_QUERY_TERMS, fts_query
@@ -270,6 +273,9 @@ def keyword_corpus(repo: Repository) -> tuple[str, npt.NDArray[np.float32], str]
     add_file(repo, collection.id, decoys, near, {"team": "storage"}, name="decoys.txt")
     target = "error E1234 in module frobnicator"
     add_file(repo, collection.id, [target], target_vector, {"team": "compute"}, name="t.txt")
+    # Unrelated chunks: the vector candidates span near and far, as in any real store.
+    noise = unit_vectors(rng, 20, DIMS)
+    add_file(repo, collection.id, [f"note {i}" for i in range(20)], noise, {"team": "x"}, "n.txt")
     return collection.id, query, target
 
 
@@ -280,7 +286,7 @@ def test_hybrid_lifts_the_exact_keyword_match_above_vector_neighbours(repo: Repo
     hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
     assert texts(hybrid)[0] == target
     scores = [hit.score for hit in hybrid]
-    # The top hit scores the best vector score among the candidates; the rest keep RRF order.
+    # The top hit scores the best vector score among the candidates; the rest keep the order.
     best_vector = max(hit.score for hit in repo.search(collection_id, query, k=50))
     assert scores[0] == pytest.approx(best_vector) and scores == sorted(scores, reverse=True)
     assert all(0.0 < score <= 1.0 for score in scores)
@@ -311,9 +317,53 @@ def test_a_query_without_words_falls_back_to_the_vector_ranking(repo: Repository
     collection_id, query, _ = keyword_corpus(repo)
     vector = repo.search(collection_id, query, k=7)
     hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="?!")
-    assert texts(hybrid) == texts(vector)
+    # The vector ranking, a file's later chunks further down (FILE_DECAY).
+    near = repo.search(collection_id, query, k=candidate_count(7))
+    assert keys(hybrid) == [key for key, _ in fuse(candidates(near), [], 7)]
+    assert hybrid[0] == vector[0]
     assert hybrid[0].score == pytest.approx(vector[0].score)
-    assert hybrid[1].score == pytest.approx(vector[0].score * (RRF_K + 1) / (RRF_K + 2))
+    scores = [hit.score for hit in hybrid]
+    assert scores == sorted(scores, reverse=True) and scores[1] < scores[0]
+
+
+def hit(key: int, file_id: str, score: float) -> Candidate:
+    return Candidate(key, file_id, score)
+
+
+def candidates(hits: list[SearchHit]) -> list[Candidate]:
+    return [Candidate(int(h.chunk_id.removeprefix("chunk_")), h.file_id, h.score) for h in hits]
+
+
+def keys(hits: list[SearchHit]) -> list[int]:
+    return [int(h.chunk_id.removeprefix("chunk_")) for h in hits]
+
+
+def test_fusion_weighs_both_lists_on_one_scale() -> None:
+    # 1: best vector, last lexical; 2: good in both; 3: lexical only, first; 4: vector, last.
+    vector = [hit(1, "f1", 0.9), hit(2, "f2", 0.8), hit(4, "f4", 0.5)]
+    lexical = [hit(3, "f3", 1.0), hit(2, "f2", 0.8), hit(1, "f1", 0.2)]
+    fused = fuse(vector, lexical, k=4)
+    # Min-max per list, then halves: 2 = .375 + .375, 1 = .5 + 0, 3 = 0 + .5, 4 = 0; of 1
+    # and 3, 1 was found by both lists.
+    assert [key for key, _ in fused] == [2, 1, 3, 4]
+    # Scores: fused / best, times the best vector score.
+    assert [score for _, score in fused] == pytest.approx([0.9, 0.6, 0.6, 0.0])
+
+
+def test_fusion_lets_other_files_in_before_a_files_next_chunk() -> None:
+    # Three chunks of one file lead the vector list, a second file's chunk comes next.
+    vector = [
+        hit(1, "fa", 0.90),
+        hit(2, "fa", 0.89),
+        hit(3, "fa", 0.88),
+        hit(4, "fb", 0.87),
+        hit(5, "fz", 0.50),
+    ]
+    assert [key for key, _ in fuse(vector, [], k=5)] == [1, 4, 2, 3, 5]
+    # A file far ahead of the rest keeps its next chunk ahead of them.
+    far = [hit(1, "fa", 0.9), hit(2, "fa", 0.9), hit(4, "fb", 0.55), hit(5, "fz", 0.5)]
+    assert [key for key, _ in fuse(far, [], k=4)][:2] == [1, 2]
+    assert FILE_DECAY < 1
 
 
 # Arguments
@@ -428,11 +478,13 @@ def test_filtered_lexical_and_hybrid_are_exact(
     lexical_hits = lexical(repo, collection_id, text, k=k, filter=node)
     assert [hit.chunk_id for hit in lexical_hits] == restricted(every_lexical, keep)[:k]
     n = candidate_count(k)
-    fused = reciprocal_rank_fusion(
-        [restricted(every_vector, keep)[:n], restricted(every_lexical, keep)[:n]]
+    fused = fuse(
+        candidates([hit for hit in every_vector if hit.file_id in keep][:n]),
+        candidates([hit for hit in every_lexical if hit.file_id in keep][:n]),
+        k,
     )
     hybrid = repo.search(collection_id, query, k=k, mode="hybrid", query_text=text, filter=node)
-    assert [hit.chunk_id for hit in hybrid] == [chunk_id for chunk_id, _ in fused[:k]]
+    assert keys(hybrid) == [key for key, _ in fused]
     for hits in (lexical_hits, hybrid):
         assert all(hit.file_id in keep for hit in hits)
     if lexical_hits:

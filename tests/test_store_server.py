@@ -224,7 +224,7 @@ def test_unexpected_errors_are_internal_without_details(
         collection = await new_collection(store)
         conn = open_database(db_path)
         try:  # Break the database behind the store's back.
-            conn.execute("DROP TABLE chunks")
+            conn.execute("DROP TABLE collections")
         finally:
             conn.close()
         request = pb.SearchRequest(
@@ -234,7 +234,7 @@ def test_unexpected_errors_are_internal_without_details(
         assert details == "internal error in the store; see the store's log"
 
     run_against_store(db_path, scenario)
-    assert "no such table: chunks" in caplog.text
+    assert "no such table: collections" in caplog.text
 
 
 def test_create_server_refuses_a_newer_database(tmp_path: Path) -> None:

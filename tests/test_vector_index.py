@@ -29,6 +29,7 @@ from services.store.repository import Repository
 from services.store.search.filters import Comparison, Filter
 from services.store.vector_index import IndexSettings
 from tests.store_fixtures import (
+    IN_SQLITE,
     MODEL,
     RunningStore,
     check_invariants,
@@ -120,7 +121,7 @@ def random_sets(
     built under the default settings (20k rows is above min_rows), plus 50 held-out queries."""
     rng = np.random.default_rng(7)
     path = tmp_path_factory.mktemp("coarse") / "ragd.db"
-    with open_repository(path) as repo:
+    with open_repository(path, index=IndexSettings(resident=IN_SQLITE)) as repo:
         sets = {}
         for name, data in (
             ("clustered", clustered(rng, 20_050)),
@@ -228,7 +229,9 @@ def test_coarse_recall_on_real_embeddings(
     data, queries = vectors[:-100], vectors[-100:]
     # Each partition returns k rows: 192 candidates (8% of the rows) for k = 3, 64 (2.6%)
     # for k = 1.
-    tight = IndexSettings(min_rows=1, min_candidates=1, small_min_candidates=1, oversample=1)
+    tight = IndexSettings(
+        min_rows=1, min_candidates=1, small_min_candidates=1, oversample=1, resident=IN_SQLITE
+    )
     with open_repository(tmp_path / "ragd.db", index=tight) as repo:
         collection_id = load(repo, data, per_file=500)
         build(repo)
@@ -240,7 +243,7 @@ def test_coarse_recall_on_real_embeddings(
 
 
 def test_the_index_is_built_in_steps_while_writes_continue(tmp_path: Path) -> None:
-    settings = IndexSettings(min_rows=100, build_batch=30)
+    settings = IndexSettings(min_rows=100, build_batch=30, resident=IN_SQLITE)
     rng = np.random.default_rng(3)
     data = clustered(rng, 400)
     path = tmp_path / "ragd.db"
@@ -281,7 +284,7 @@ def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     data = clustered(rng, 3000)
     path = tmp_path / "ragd.db"
-    with open_repository(path, index=IndexSettings(min_rows=1)) as repo:
+    with open_repository(path, index=IndexSettings(min_rows=1, resident=IN_SQLITE)) as repo:
         collection_id = load(repo, data, per_file=100)
         build(repo)
         # Three files in four go: every chunk of both tables keeps a few live rows.
@@ -310,14 +313,18 @@ def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:
 
 def test_small_odd_or_disabled_collections_stay_exact(tmp_path: Path) -> None:
     rng = np.random.default_rng(9)
-    with open_repository(tmp_path / "a.db", index=IndexSettings(min_rows=10)) as repo:
+    with open_repository(
+        tmp_path / "a.db", index=IndexSettings(min_rows=10, resident=IN_SQLITE)
+    ) as repo:
         # Sign bits are packed 8 to a byte: a dimension not a multiple of 8 has no coarse table.
         odd = load(repo, unit_vectors(rng, 50, 12), name="odd")
         small = load(repo, unit_vectors(rng, 5, 16), name="small")
         build(repo)
         assert repo.get_collection(odd).vector_index == EXACT
         assert repo.get_collection(small).vector_index == EXACT
-    with open_repository(tmp_path / "b.db", index=IndexSettings(coarse=False, min_rows=1)) as repo:
+    with open_repository(
+        tmp_path / "b.db", index=IndexSettings(coarse=False, min_rows=1, resident=IN_SQLITE)
+    ) as repo:
         off = load(repo, unit_vectors(rng, 50, 16), name="off")
         assert not repo.build_indexes()
         assert repo.get_collection(off).vector_index == EXACT
@@ -363,7 +370,7 @@ def test_the_store_server_builds_indexes_in_the_background(tmp_path: Path) -> No
             assert reply.hits[0].text == "7"
 
     async def main() -> None:
-        async with running_store(tmp_path / "ragd.db", coarse_min_rows=100) as store:
+        async with running_store(tmp_path / "ragd.db", coarse_min_rows=100, resident_mb=0) as store:
             await scenario(store)
 
     asyncio.run(main())

@@ -30,6 +30,8 @@ class StoreConfig:
     # off keeps every search an exhaustive scan.
     coarse_index: bool = True
     coarse_min_rows: int = 16_384
+    # Vectors kept in memory for search (resident.py), MiB over all vector stores; 0: off.
+    resident_mb: int = 2048
     # Callers must send this token (RAGD_SERVICE_TOKEN[_FILE]); None: no authentication.
     service_token: str | None = None
     # Serve TLS (RAGD_TLS_CERT/KEY), requiring client certificates of RAGD_TLS_CA if set.
@@ -55,6 +57,7 @@ class StoreConfig:
             ),
             coarse_index=env.bool("COARSE_INDEX", cls.coarse_index),
             coarse_min_rows=env.int("COARSE_MIN_ROWS", cls.coarse_min_rows, minimum=1),
+            resident_mb=env.int("STORE_RESIDENT_MB", cls.resident_mb, minimum=0),
             service_token=service_token(env),
             tls=TlsFiles.from_env(env),
             sqlite_vec_path=env.str("SQLITE_VEC_PATH", ""),

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import apsw
 
+from services.store import resident
+
 try:
     import sqlite_vec
 except ImportError:  # the store still serves full-text search without it
@@ -118,6 +120,19 @@ def open_database(path: str | Path) -> apsw.Connection:
     return conn
 
 
+def database_key(conn: apsw.Connection) -> str:
+    """Names the database file a connection has open, for the caches of this process: its
+    path and inode, so a file deleted and made anew under the same path is another."""
+    name = conn.filename
+    if not name:
+        return ""
+    try:
+        found = os.stat(name)
+    except OSError:
+        return ""
+    return f"{name}:{found.st_dev}:{found.st_ino}"
+
+
 @contextmanager
 def atomic(conn: apsw.Connection, *, write: bool = True) -> Iterator[apsw.Connection]:
     """Runs the block in one transaction: committed on success, rolled back on any exception.
@@ -132,14 +147,18 @@ def atomic(conn: apsw.Connection, *, write: bool = True) -> Iterator[apsw.Connec
     try:
         yield conn
     except BaseException:
+        resident.discarded(conn)
         conn.execute("ROLLBACK")
         raise
     try:
         conn.execute("COMMIT")
     except BaseException:
+        resident.discarded(conn)
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    # What the transaction changed in vectors reaches the in-memory copies only now.
+    resident.committed(conn, database_key(conn))
 
 
 def try_write(conn: apsw.Connection, work: Callable[[apsw.Connection], object]) -> bool:
@@ -163,13 +182,16 @@ def try_write(conn: apsw.Connection, work: Callable[[apsw.Connection], object]) 
         conn.execute("COMMIT")
     except apsw.FullError:
         # Bookkeeping gives way to a full disk: the read it rides on still answers.
+        resident.discarded(conn)
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         return False
     except BaseException:
+        resident.discarded(conn)
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+    resident.committed(conn, database_key(conn))
     return True
 
 

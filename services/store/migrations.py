@@ -340,6 +340,44 @@ CREATE INDEX collection_files_vectors_pending ON collection_files (collection_id
 ALTER TABLE collections ADD COLUMN max_input_tokens INTEGER NOT NULL DEFAULT 0;
 """
 
+# The full-text index gains the chunk's collection as a second column: a lexical search
+# names its collection inside the MATCH (`collection_id : "7" AND text : (...)`), so FTS5
+# ranks only that collection's chunks and returns the top k itself (ORDER BY bm25 LIMIT k)
+# instead of every matching chunk of every collection being joined and sorted in SQL.
+_V9_LEXICAL_BY_COLLECTION = """
+DROP TRIGGER chunks_fts_insert;
+DROP TRIGGER chunks_fts_delete;
+DROP TRIGGER chunks_fts_update;
+DROP TABLE chunks_fts;
+
+CREATE VIRTUAL TABLE chunks_fts USING fts5(
+    text,
+    collection_id,
+    content = 'chunks',
+    content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+
+CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts (rowid, text, collection_id)
+    VALUES (new.id, new.text, new.collection_id);
+END;
+
+CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, text, collection_id)
+    VALUES ('delete', old.id, old.text, old.collection_id);
+END;
+
+CREATE TRIGGER chunks_fts_update AFTER UPDATE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, text, collection_id)
+    VALUES ('delete', old.id, old.text, old.collection_id);
+    INSERT INTO chunks_fts (rowid, text, collection_id)
+    VALUES (new.id, new.text, new.collection_id);
+END;
+
+INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
+"""
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -349,6 +387,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V6_CONVERSATIONS),
     _script(_V7_REINDEX),
     _script(_V8_LEXICAL_ONLY),
+    _script(_V9_LEXICAL_BY_COLLECTION),
 ]
 
 

@@ -158,6 +158,9 @@ class Repository:
         conn = self._conn()
         if not vectors_available():
             return False
+        # Vectors into memory first: searches of a collection not there yet scan SQLite.
+        if vector_index.warm(conn, self.index.resident):
+            return True
         deadline = time.monotonic() + budget_seconds
         pending = vector_index.pending_builds(conn, self.index)
         self._builds = {key: self._builds.get(key, 0) for key in pending}

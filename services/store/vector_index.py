@@ -26,14 +26,16 @@ means the coarse tables hold exactly the rows of vec_<key>.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import cast
 
 import apsw
+import numpy as np
 
 from services.common.vocabulary import BUILDING, COARSE, EXACT, INDEX_KINDS
-from services.store.db import atomic, vectors_available, vectors_error
+from services.store import resident
+from services.store.db import atomic, database_key, vectors_available, vectors_error
 from services.store.errors import VectorsUnavailable
 
 # collections.vector_index
@@ -73,6 +75,8 @@ class IndexSettings:
     exact_ids_max: int = 10_000
     # Rows copied per builder transaction: short enough that writers barely wait.
     build_batch: int = 2000
+    # Unfiltered searches run over the vectors in memory when they fit (resident.py).
+    resident: resident.ResidentSettings = field(default_factory=resident.ResidentSettings)
 
 
 def vec_table(key: int) -> str:
@@ -141,6 +145,7 @@ def drop_tables(conn: apsw.Connection, key: int) -> None:
     conn.execute(f"DROP TABLE {vec_table(key)}")
     conn.execute(f"DROP TABLE IF EXISTS {coarse_table(key)}")
     conn.execute(f"DROP TABLE IF EXISTS {float_table(key)}")
+    _note(conn, resident.Change(key, dropped=True))
 
 
 def _stored_kind(conn: apsw.Connection, key: int) -> str | None:
@@ -162,6 +167,7 @@ def insert(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, bytes]]) -
     conn.executemany(f"INSERT INTO {vec_table(key)} (rowid, embedding) VALUES (?, ?)", rows)
     if kind(conn, key) != EXACT:
         _insert_coarse(conn, key, rows)
+    _note(conn, resident.Change(key, rows=rows))
 
 
 def _insert_coarse(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, bytes]]) -> None:
@@ -183,6 +189,15 @@ def delete(conn: apsw.Connection, key: int, ids: Sequence[int]) -> None:
     if kind(conn, key) != EXACT:
         conn.executemany(f"DELETE FROM {float_table(key)} WHERE id = ?", params)
         conn.executemany(f"DELETE FROM {coarse_table(key)} WHERE rowid = ?", params)
+    _note(conn, resident.Change(key, deleted=ids))
+
+
+def _note(conn: apsw.Connection, change: resident.Change) -> None:
+    """Tells this process's in-memory copies (resident.py) what the write changed: when the
+    transaction commits, or now outside one."""
+    resident.record(conn, change)
+    if not conn.in_transaction:
+        resident.committed(conn, database_key(conn))
 
 
 @dataclass(frozen=True)
@@ -416,6 +431,70 @@ def nearest_ids(
         if survivors >= candidates:
             return hits
     return _coarse_rescored(conn, key, query, k, candidates, allowed, settings)
+
+
+def resident_nearest(
+    conn: apsw.Connection,
+    key: int,
+    query: bytes,
+    k: int,
+    *,
+    rows: int,
+    dimensions: int,
+    owner: str,
+    settings: resident.ResidentSettings,
+    exact: bool = False,
+) -> Hits | None:
+    """`nearest_ids` without a filter, from the collection's vectors in memory; None when
+    they are not there (the caller searches SQLite). A small collection not yet in memory is
+    loaded now, inside the caller's read transaction; a larger one is left to `warm` (the
+    background builder), so a search never waits for a long load. `owner` is the
+    collection's public id, which tells a collection from another of the same key in a
+    database made anew under the same path."""
+    found = resident.for_database(database_key(conn), settings)
+    if found is None:
+        return None
+    vectors = found.get(key)
+    if vectors is None or vectors.owner != owner:
+        if rows > settings.inline_rows:
+            found.wanted(key)
+            return None
+        vectors = found.load(key, dimensions, lambda: _all_vectors(conn, key), rows, owner)
+        if vectors is None:
+            return None
+    return vectors.search(np.frombuffer(query, dtype="<f4"), k, exact)
+
+
+def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
+    """Loads one collection into memory that a search wanted, else the most recently active
+    one not there yet, if it fits the budget; True if it loaded one (call again)."""
+    found = resident.for_database(database_key(conn), settings)
+    if found is None or not vectors_available():
+        return False
+    loaded = found.loaded()
+    with atomic(conn, write=False):
+        rows = conn.execute(
+            "SELECT id, public_id, dimensions, chunk_count FROM collections"
+            " WHERE shadow_of IS NULL AND chunk_count > 0 ORDER BY last_active_at DESC, id"
+        ).fetchall()
+        wanted = found.take_wanted()
+        candidates = sorted(
+            (row for row in rows if row[0] not in loaded or loaded[row[0]].owner != row[1]),
+            key=lambda row: row[0] not in wanted,
+        )
+        for key, owner, dimensions, count in candidates:
+            if found.fits(dimensions, count):
+                found.load(key, dimensions, lambda k=key: _all_vectors(conn, k), count, owner)
+                return True
+    return False
+
+
+def _all_vectors(conn: apsw.Connection, key: int) -> Iterator[tuple[int, bytes]]:
+    # The plain float table reads ~4x faster than vec0's chunks, but lacks rows while built.
+    table = float_table(key) if _stored_kind(conn, key) == COARSE else vec_table(key)
+    column = "id" if table == float_table(key) else "rowid"
+    for rowid, blob in conn.execute(f"SELECT {column}, embedding FROM {table}"):
+        yield cast(int, rowid), cast(bytes, blob)
 
 
 def _hits(rows: Sequence[Sequence[object]]) -> Hits:

@@ -19,7 +19,7 @@ from services.store.compat import check_vectors
 from services.store.db import atomic, vectors_available, vectors_error
 from services.store.errors import InvalidArgument, VectorsUnavailable
 from services.store.records import SearchHit
-from services.store.search import hybrid, lexical, vector
+from services.store.search import hits, hybrid, lexical, vector
 from services.store.search.filters import Filter, compile_filter
 from services.store.vector_index import MAX_K, IndexSettings
 
@@ -92,8 +92,8 @@ def run(
     if values is not None and mode != LEXICAL:
         blob = query if isinstance(query, bytes) else to_bytes(values)
 
-    def nearest(count: int) -> list[SearchHit]:
-        return vector.nearest(
+    def nearest(count: int) -> list[tuple[int, float]]:
+        return vector.ranked(
             conn,
             key,
             collection,
@@ -109,15 +109,19 @@ def run(
     with atomic(conn, write=False):
         key, collection = catalog.lookup(conn, collection_id)
         if mode == VECTOR:
-            hits = nearest(k)
+            ranked = nearest(k)
         elif mode == LEXICAL:
-            hits = lexical.matches(conn, key, text=text, k=k, condition=condition)
+            ranked = lexical.ranked(conn, key, text=text, k=k, condition=condition)
         else:
             count = hybrid.candidate_count(k)
-            hits = hybrid.fuse(
-                nearest(count),
-                lexical.matches(conn, key, text=text, k=count, condition=condition),
+            near = nearest(count)
+            words = lexical.ranked(conn, key, text=text, k=count, condition=condition)
+            file_of = hits.files(conn, list({chunk for chunk, _ in [*near, *words]}))
+            ranked = hybrid.fuse(
+                [hits.Candidate(c, file_of[c], score) for c, score in near if c in file_of],
+                [hits.Candidate(c, file_of[c], score) for c, score in words if c in file_of],
                 k,
             )
+        found = hits.load(conn, [(chunk, s) for chunk, s in ranked if s >= score_threshold])
     catalog.touch(conn, key, collection, now)
-    return [hit for hit in hits if hit.score >= score_threshold]
+    return found

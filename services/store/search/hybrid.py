@@ -1,27 +1,42 @@
-"""Hybrid search: reciprocal rank fusion of the vector and the lexical rankings.
+"""Hybrid search: the vector and the lexical rankings fused into one.
 
-RRF (Cormack, Clarke and Buettcher, 2009) scores a chunk sum(1 / (RRF_K + rank)) over the
-lists it appears in, ranks starting at 1. It needs no calibration between cosine scores and
-bm25, which live on unrelated scales, and a chunk near the top of either list stays near the
-top of the fusion. Each list contributes its top candidate_count(k) chunks, under the same
-attribute filter.
+Each list contributes its top candidate_count(k) chunks, under the same attribute filter.
+Their scores live on unrelated scales (cosine, bm25), so each list's are first mapped onto
+[0, 1] by min-max over its own candidates (best 1, last 0), and a chunk's fused score is
+VECTOR_WEIGHT times its vector part plus the rest times its lexical part (0 for a list it is
+not in). Then each further chunk of a file already ranked counts FILE_DECAY times less than
+the one before it: the top k holds more files, while one file that matches far better than
+the rest still fills it.
 
-RRF scores mean nothing across queries, so the reported scores are the fused ones divided by
-the best (order kept) times the best vector score among the candidates: the top hit scores as
-close as anything in the store came to the query's meaning, and score_threshold keeps what it
-keeps in vector mode, an unrelated query's hits included (they score low, not 1). Without
+Measured on the docstring benchmark (bench/quality.py, 2,000 documents, file-level hits),
+against reciprocal rank fusion (RRF, k = 60), which this replaced: MRR@10 0.692 -> 0.708,
+recall@10 0.914 -> 0.932; RRF's constant and list weights moved it by less than 0.005, and the
+weight here is flat between 0.45 and 0.55 (tuned on one half of the queries, the same on the
+other).
+
+Fused scores mean nothing across queries, so the reported scores are the fused ones divided
+by the best (order kept) times the best vector score among the candidates: the top hit scores
+as close as anything in the store came to the query's meaning, and score_threshold keeps what
+it keeps in vector mode, an unrelated query's hits included (they score low, not 1). Without
 vector candidates (no vectors yet: lexical-only operation) the top hit scores 1.
+
+Conversation history (items.py) fuses with reciprocal_rank_fusion: its lists are short and
+their ties matter more than their margins.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
-from services.store.records import SearchHit
+from services.store.search.hits import Candidate
 from services.store.vector_index import MAX_K
 
-# The constant of the original paper; it damps the weight of the very first ranks.
+# The vector list's share of a fused score; the lexical list has the rest.
+VECTOR_WEIGHT = 0.5
+# Each further chunk of a file counts this much less than the file's chunk before it.
+FILE_DECAY = 0.5
+# Reciprocal rank fusion's constant (Cormack, Clarke and Buettcher, 2009): it damps the
+# weight of the very first ranks.
 RRF_K = 60
 # Each list offers at least this many candidates, and CANDIDATE_FACTOR * k for larger k: a
 # chunk ranked just below k in both lists can beat one ranked first in only one.
@@ -48,22 +63,43 @@ def reciprocal_rank_fusion(
     return sorted(scores.items(), key=lambda pair: (-pair[1], best_rank[pair[0]]))
 
 
+def _spread(candidates: Sequence[Candidate]) -> dict[int, float]:
+    """Each candidate's score mapped onto [0, 1] over the list (min-max): best 1, last 0."""
+    if not candidates:
+        return {}
+    high = max(c.score for c in candidates)
+    low = min(c.score for c in candidates)
+    if high <= low:
+        return {c.key: 1.0 for c in candidates}
+    return {c.key: (c.score - low) / (high - low) for c in candidates}
+
+
 def fuse(
-    vector_hits: Sequence[SearchHit],
-    lexical_hits: Sequence[SearchHit],
-    k: int,
-) -> list[SearchHit]:
-    """The top k of the fused ranking, scaled so the best scores the best vector score."""
-    by_id = {hit.chunk_id: hit for hit in lexical_hits}
-    by_id.update((hit.chunk_id, hit) for hit in vector_hits)
-    fused = reciprocal_rank_fusion(
-        [[hit.chunk_id for hit in vector_hits], [hit.chunk_id for hit in lexical_hits]]
-    )
-    if not fused:
+    vector: Sequence[Candidate], lexical: Sequence[Candidate], k: int
+) -> list[tuple[int, float]]:
+    """The top k (chunk key, score) of the fused ranking, best first, scaled so the best
+    scores the best vector score."""
+    file_of = {c.key: c.file_id for c in lexical}
+    file_of.update((c.key, c.file_id) for c in vector)
+    near = _spread(vector)
+    words = _spread(lexical)
+    fused = {
+        key: VECTOR_WEIGHT * near.get(key, 0.0) + (1.0 - VECTOR_WEIGHT) * words.get(key, 0.0)
+        for key in file_of
+    }
+    # Ties: a chunk both lists found, then the better vector rank, then the better lexical
+    # rank (dicts keep list order).
+    order = list(near) + [key for key in words if key not in near]
+    found = {key: (key in near) + (key in words) for key in order}
+    ranked = sorted(order, key=lambda key: (-fused[key], -found[key]))
+    seen: dict[str, int] = {}
+    for key in ranked:
+        file_id = file_of[key]
+        fused[key] *= FILE_DECAY ** seen.get(file_id, 0)
+        seen[file_id] = seen.get(file_id, 0) + 1
+    ranked = sorted(ranked, key=lambda key: (-fused[key], -found[key]))[:k]
+    if not ranked:
         return []
-    best = fused[0][1]
-    scale = max((hit.score for hit in vector_hits), default=1.0)
-    return [
-        dataclasses.replace(by_id[chunk_id], score=min(1.0, value / best) * scale)
-        for chunk_id, value in fused[:k]
-    ]
+    best = fused[ranked[0]]
+    scale = max((c.score for c in vector), default=1.0)
+    return [(key, (min(1.0, fused[key] / best) if best > 0 else 1.0) * scale) for key in ranked]

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import cast
 
 import apsw
 
 from services.store import vector_index
 from services.store.compat import check_query
-from services.store.records import Collection, SearchHit, chunk_public_id
+from services.store.records import Collection
 from services.store.vector_index import IndexSettings
 
 # A filter allows the chunks of the completed files whose attributes match. The condition
@@ -43,20 +41,6 @@ def allowed_chunks(key: int, condition: str, params: Sequence[object]) -> vector
     )
 
 
-# The hits' text and source, by chunk id (a JSON array, bound as one parameter).
-_HITS_SQL = """
-SELECT c.id, c.file_id, c.chunk_index, c.text, f.filename, cf.attributes
-FROM chunks AS c
-JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
-JOIN files AS f ON f.id = c.file_id
-WHERE c.id IN (SELECT value FROM json_each(?)) AND cf.status = 'completed'
-"""
-
-
-# chunk id, file id, chunk index, text, filename, attributes JSON
-_HitRow = tuple[int, str, int, str, str, str]
-
-
 def score_from_distance(distance: float) -> float:
     """Maps sqlite-vec's cosine distance d = 1 - cos(a, b), in [0, 2], to 1 - d / 2.
 
@@ -66,7 +50,7 @@ def score_from_distance(distance: float) -> float:
     return min(1.0, max(0.0, 1.0 - distance / 2.0))
 
 
-def nearest(
+def ranked(
     conn: apsw.Connection,
     key: int,
     collection: Collection,
@@ -77,40 +61,38 @@ def nearest(
     condition: tuple[str, list[object]] | None,
     index: IndexSettings,
     exact: bool,
-) -> list[SearchHit]:
-    """The k chunks nearest to `query` (one float32 vector, checked), best first, inside the
-    caller's read transaction. An empty `model` skips the model check. With a compiled filter
-    `condition`, only chunks of files whose attributes match compete. Large collections are
-    searched through their coarse index unless `exact` (vector_index.py)."""
+) -> list[tuple[int, float]]:
+    """The keys of the k chunks nearest to `query` (one float32 vector, checked) with their
+    scores (score_from_distance), best first, inside the caller's read transaction. An empty
+    `model` skips the model check. With a compiled filter `condition`, only chunks of files
+    whose attributes match compete. Unfiltered searches run over the vectors in memory when
+    they are there (resident.py); the rest, and `exact` ones without them, go to SQLite,
+    large collections through their coarse index unless `exact` (vector_index.py)."""
     check_query(collection, model, len(query) // 4)
-    allowed = allowed_chunks(key, *condition) if condition is not None else None
-    ranked = vector_index.nearest_ids(
-        conn,
-        key,
-        query,
-        k,
-        rows=collection.chunk_count,
-        index=collection.vector_index,
-        settings=index,
-        allowed=allowed,
-        exact=exact,
-    )
-    ids = json.dumps([chunk_key for chunk_key, _ in ranked])
-    details = {row[0]: row for row in cast(list[_HitRow], conn.execute(_HITS_SQL, (ids,)))}
-    hits = []
-    for chunk_key, distance in ranked:
-        if chunk_key not in details:
-            continue
-        _, file_id, chunk_index, text, filename, attributes = details[chunk_key]
-        hits.append(
-            SearchHit(
-                chunk_id=chunk_public_id(chunk_key),
-                file_id=file_id,
-                filename=filename,
-                text=text,
-                score=score_from_distance(distance),
-                chunk_index=chunk_index,
-                attributes=json.loads(attributes),
-            )
+    found = None
+    if condition is None:
+        found = vector_index.resident_nearest(
+            conn,
+            key,
+            query,
+            k,
+            rows=collection.chunk_count,
+            dimensions=collection.dimensions,
+            owner=collection.id,
+            settings=index.resident,
+            exact=exact,
         )
-    return hits
+    if found is None:
+        allowed = allowed_chunks(key, *condition) if condition is not None else None
+        found = vector_index.nearest_ids(
+            conn,
+            key,
+            query,
+            k,
+            rows=collection.chunk_count,
+            index=collection.vector_index,
+            settings=index,
+            allowed=allowed,
+            exact=exact,
+        )
+    return [(chunk_key, score_from_distance(distance)) for chunk_key, distance in found]

@@ -24,6 +24,7 @@ from services.store.config import StoreConfig
 from services.store.db import use_sqlite_vec
 from services.store.errors import DatabaseTooNew
 from services.store.repository import OperationsSettings, Repository
+from services.store.resident import ResidentSettings
 from services.store.vector_index import IndexSettings
 from services.store.wire.servicer import StoreServicer
 
@@ -55,7 +56,11 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
             cache_max_entries=config.cache_max_entries,
             audit_retention_days=config.audit_retention_days,
         ),
-        index=IndexSettings(coarse=config.coarse_index, min_rows=config.coarse_min_rows),
+        index=IndexSettings(
+            coarse=config.coarse_index,
+            min_rows=config.coarse_min_rows,
+            resident=ResidentSettings(budget_bytes=config.resident_mb << 20),
+        ),
     )
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="store-db")
     server = grpc.aio.server(

@@ -1,0 +1,349 @@
+"""Collections' vectors held in memory for search: numpy over a float32 matrix per collection.
+
+Why: sqlite-vec 0.1.9 scans its chunked tables at ~0.8 ms per 1,000 vectors (9 ms at 10k,
+87 ms at 100k here), and its coarse index costs 64 KNN queries and a join. The same floats in
+one numpy matrix are scanned at ~0.02 ms per 1,000 (a matrix-vector product). Large
+collections (`bits_min_rows`) also keep one sign bit per dimension (1/32 of the floats): a
+hamming scan over those picks `candidates` rows, and the floats rescore them exactly.
+
+The database stays the only source of truth; this is a cache of it, in the one process that
+opens it. A collection is loaded on its first search (one scan of its vectors), counted
+against a memory budget (the least recently searched collections are dropped past it) and
+kept current by this process's own writes: vector_index's insert, delete and drop call
+`record`, and db.atomic() calls `committed` after COMMIT (`discarded` after a rollback), so
+only committed changes reach memory. A collection loaded while a write to it was in flight
+is used for that one search and loaded again by the next.
+
+No apsw here: callers hand in the rows they read.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+Ids = npt.NDArray[np.int64]
+# (rowid, cosine distance) best first, as vector_index's searches return them.
+Hits = list[tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class ResidentSettings:
+    # Bytes of vectors (floats and sign bits) kept in memory over all collections; 0: off,
+    # every search goes to SQLite (vector_index.py).
+    budget_bytes: int = 2 << 30
+    # From this many rows a search scans sign bits first and rescores candidates: a float scan
+    # costs ~1.5 ms per 100k rows of memory traffic per 384 dims, the bit scan 1/32 of it.
+    bits_min_rows: int = 65_536
+    # Candidates rescored with floats: max(min_candidates, oversample * k).
+    min_candidates: int = 512
+    oversample: int = 40
+    # A collection of at most this many chunks is loaded by the search that first needs it
+    # (~8 us a row from vec0: 0.15 s); larger ones by the background builder, meanwhile
+    # their searches go to SQLite.
+    inline_rows: int = 20_000
+
+
+@dataclass
+class Change:
+    key: int
+    rows: Sequence[tuple[int, bytes]] = ()
+    deleted: Sequence[int] = ()
+    dropped: bool = False
+
+
+class Collection:
+    """One collection's vectors: rows are appended into buffers that grow by doubling, and
+    a search works on a consistent prefix of them (`count` is published last)."""
+
+    def __init__(self, dimensions: int, settings: ResidentSettings, owner: str = "") -> None:
+        self.dimensions = dimensions
+        self.owner = owner
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._ids: Ids = np.empty(0, dtype=np.int64)
+        self._matrix = np.empty((0, dimensions), dtype=np.float32)
+        self._live = np.empty(0, dtype=bool)
+        # Sign bits, one row of uint64 words per dimension word (column-major: each word of
+        # every row is contiguous, which is what the scan reads).
+        self._bits = np.empty((self._words, 0), dtype=np.uint64)
+        self.count = 0
+        self.dead = 0
+        # Rowids arrive in increasing order (chunk ids are AUTOINCREMENT): lookups bisect.
+        self._sorted = True
+
+    @property
+    def _words(self) -> int:
+        return (self.dimensions + 63) // 64
+
+    @property
+    def live_rows(self) -> int:
+        return self.count - self.dead
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._matrix.nbytes + self._ids.nbytes + self._live.nbytes + self._bits.nbytes)
+
+    def append(self, ids: Ids, vectors: npt.NDArray[np.float32]) -> None:
+        if len(ids) == 0:
+            return
+        with self._lock:
+            start, end = self.count, self.count + len(ids)
+            if end > len(self._ids):
+                self._grow(max(end, 2 * len(self._ids), 1024))
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            self._matrix[start:end] = vectors / np.maximum(norms, np.float32(1e-12))
+            self._ids[start:end] = ids
+            self._live[start:end] = True
+            self._bits[:, start:end] = _sign_bits(self._matrix[start:end], self._words).T
+            if self._sorted and (
+                np.any(np.diff(ids) <= 0) or (start > 0 and ids[0] <= self._ids[start - 1])
+            ):
+                self._sorted = False
+            self.count = end
+
+    def _grow(self, capacity: int) -> None:
+        ids = np.empty(capacity, dtype=np.int64)
+        matrix = np.empty((capacity, self.dimensions), dtype=np.float32)
+        live = np.zeros(capacity, dtype=bool)
+        bits = np.empty((self._words, capacity), dtype=np.uint64)
+        n = self.count
+        ids[:n], matrix[:n], live[:n], bits[:, :n] = (
+            self._ids[:n],
+            self._matrix[:n],
+            self._live[:n],
+            self._bits[:, :n],
+        )
+        # Searches holding the old buffers keep them alive until they finish.
+        self._ids, self._matrix, self._live, self._bits = ids, matrix, live, bits
+
+    def delete(self, ids: Iterable[int]) -> None:
+        with self._lock:
+            n = self.count
+            wanted = np.fromiter(ids, dtype=np.int64)
+            if self._sorted:
+                positions = np.searchsorted(self._ids[:n], wanted)
+                positions = positions[positions < n]
+                positions = positions[np.isin(self._ids[positions], wanted)]
+            else:
+                positions = np.nonzero(np.isin(self._ids[:n], wanted))[0]
+            alive = positions[self._live[positions]]
+            self._live[alive] = False
+            self.dead += len(alive)
+
+    def rows(self) -> tuple[Ids, npt.NDArray[np.float32]]:
+        """The live rowids and their (unit) vectors, in rowid order."""
+        n = self.count
+        live = self._live[:n]
+        ids, matrix = self._ids[:n][live], self._matrix[:n][live]
+        order = np.argsort(ids, kind="stable")
+        return ids[order], matrix[order]
+
+    def search(self, query: npt.NDArray[np.float32], k: int, exact: bool = False) -> Hits:
+        """The k nearest live rows by cosine distance, best first (ties by rowid)."""
+        n = self.count
+        ids, matrix, live, bits = self._ids, self._matrix, self._live, self._bits
+        if n == 0:
+            return []
+        norm = float(np.linalg.norm(query))
+        query = query / max(norm, 1e-12)
+        settings = self._settings
+        candidates = max(settings.min_candidates, settings.oversample * k)
+        if exact or n < settings.bits_min_rows or candidates >= n // 4:
+            rows = np.arange(n)
+            scores = matrix[:n] @ query
+        else:
+            rows = _hamming_nearest(bits, n, _sign_bits(query[None, :], self._words)[0], candidates)
+            scores = matrix[rows] @ query
+        scores = np.where(live[rows], scores, -np.inf)
+        take = min(k, len(rows))
+        top = np.argpartition(-scores, take - 1)[:take] if take < len(rows) else np.arange(take)
+        found = [(int(ids[rows[i]]), 1.0 - float(scores[i])) for i in top if scores[i] > -np.inf]
+        return sorted(found, key=lambda hit: (hit[1], hit[0]))
+
+
+def _sign_bits(vectors: npt.NDArray[np.float32], words: int) -> npt.NDArray[np.uint64]:
+    """One bit per dimension (set where the component is positive), as uint64 words a row."""
+    packed = np.packbits(vectors > 0, axis=1)
+    padded = np.zeros((len(vectors), words * 8), dtype=np.uint8)
+    padded[:, : packed.shape[1]] = packed
+    return padded.view(np.uint64)
+
+
+def _hamming_nearest(
+    bits: npt.NDArray[np.uint64], n: int, query: npt.NDArray[np.uint64], count: int
+) -> npt.NDArray[np.intp]:
+    """Positions of the `count` rows nearest to `query` in hamming distance."""
+    distance = np.bitwise_count(bits[0, :n] ^ query[0]).astype(np.uint16)
+    for word in range(1, len(query)):
+        distance += np.bitwise_count(bits[word, :n] ^ query[word])
+    return np.argpartition(distance, count)[:count]
+
+
+@dataclass
+class _Pending:
+    changes: list[Change] = field(default_factory=list)
+
+
+class Resident:
+    """The resident collections of one database, by collection key."""
+
+    def __init__(self, settings: ResidentSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._collections: OrderedDict[int, Collection] = OrderedDict()
+        # Bumped by every committed change to a key: a load that saw another value is stale.
+        self._versions: dict[int, int] = {}
+        self._wanted: set[int] = set()
+        self.loads = 0
+
+    def version(self, key: int) -> int:
+        return self._versions.get(key, 0)
+
+    def wanted(self, key: int) -> None:
+        """A search needed this collection: the next warm-up loads it first."""
+        with self._lock:
+            self._wanted.add(key)
+
+    def take_wanted(self) -> set[int]:
+        with self._lock:
+            wanted, self._wanted = self._wanted, set()
+            return wanted
+
+    def fits(self, dimensions: int, rows: int) -> bool:
+        return 4 * dimensions * rows <= self.settings.budget_bytes
+
+    def get(self, key: int) -> Collection | None:
+        with self._lock:
+            found = self._collections.get(key)
+            if found is not None:
+                self._collections.move_to_end(key)
+            return found
+
+    def load(
+        self,
+        key: int,
+        dimensions: int,
+        rows: Callable[[], Iterable[tuple[int, bytes]]],
+        expected_rows: int,
+        owner: str = "",
+    ) -> Collection | None:
+        """Reads a collection with `rows()` (inside the caller's read transaction) and keeps
+        it if it fits the budget and nothing changed it meanwhile; None if it cannot fit."""
+        if not self.fits(dimensions, expected_rows):
+            return None
+        version = self.version(key)
+        loaded = Collection(dimensions, self.settings, owner)
+        ids: list[int] = []
+        blobs: list[bytes] = []
+        for rowid, blob in rows():
+            ids.append(rowid)
+            blobs.append(blob)
+        if ids:
+            order = np.argsort(np.asarray(ids, dtype=np.int64), kind="stable")
+            matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), dimensions)
+            loaded.append(np.asarray(ids, dtype=np.int64)[order], matrix[order])
+        self.loads += 1
+        with self._lock:
+            if self.version(key) != version:
+                return loaded  # a commit raced the load: good for this snapshot only
+            self._collections[key] = loaded
+            self._collections.move_to_end(key)
+            self._evict(keep=key)
+        return loaded
+
+    def _evict(self, keep: int) -> None:
+        total = sum(c.nbytes for c in self._collections.values())
+        for key in list(self._collections):
+            if total <= self.settings.budget_bytes:
+                break
+            if key != keep:
+                total -= self._collections.pop(key).nbytes
+
+    def apply(self, changes: Sequence[Change]) -> None:
+        with self._lock:
+            for change in changes:
+                self._versions[change.key] = self.version(change.key) + 1
+                found = self._collections.get(change.key)
+                if found is None:
+                    continue
+                if change.dropped:
+                    del self._collections[change.key]
+                    continue
+                if change.deleted:
+                    found.delete(change.deleted)
+                if change.rows:
+                    ids = np.fromiter((r[0] for r in change.rows), dtype=np.int64)
+                    matrix = np.frombuffer(
+                        b"".join(r[1] for r in change.rows), dtype="<f4"
+                    ).reshape(len(ids), found.dimensions)
+                    found.append(ids, matrix)
+            self._evict(keep=-1)
+
+    def loaded(self) -> dict[int, Collection]:
+        """The collections in memory now, by key."""
+        with self._lock:
+            return dict(self._collections)
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(c.nbytes for c in self._collections.values())
+
+    def forget(self) -> None:
+        with self._lock:
+            self._collections.clear()
+            self._versions = {key: value + 1 for key, value in self._versions.items()}
+
+
+# ----------------------------------------------------------------- one registry per database
+
+_registry_lock = threading.Lock()
+_registry: dict[str, Resident] = {}
+# Changes written in a connection's open transaction, applied when it commits.
+_pending: weakref.WeakKeyDictionary[object, _Pending] = weakref.WeakKeyDictionary()
+
+
+def for_database(filename: str, settings: ResidentSettings) -> Resident | None:
+    """The resident vectors of the database file (shared by every connection to it in this
+    process); None when off."""
+    if not filename or settings.budget_bytes <= 0:
+        return None
+    with _registry_lock:
+        found = _registry.get(filename)
+        if found is None:
+            found = _registry[filename] = Resident(settings)
+        return found
+
+
+def existing(filename: str) -> Resident | None:
+    """The database's resident vectors if any search made them."""
+    with _registry_lock:
+        return _registry.get(filename)
+
+
+def record(conn: object, change: Change) -> None:
+    """Notes a change the connection's transaction makes (vector_index's writes)."""
+    _pending.setdefault(conn, _Pending()).changes.append(change)
+
+
+def committed(conn: object, filename: str) -> None:
+    """The connection's transaction committed: its changes reach the database's resident
+    collections (if any are loaded)."""
+    pending = _pending.pop(conn, None)
+    if pending is None or not pending.changes:
+        return
+    with _registry_lock:
+        resident = _registry.get(filename)
+    if resident is not None:
+        resident.apply(pending.changes)
+
+
+def discarded(conn: object) -> None:
+    _pending.pop(conn, None)

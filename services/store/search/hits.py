@@ -1,0 +1,76 @@
+"""What a search returns for its chosen chunks: their text, file and attributes.
+
+Rankings (vector, lexical, fused) work on chunk keys and scores only; the text, filename and
+attributes of the k chunks finally chosen are read once, here, inside the caller's read
+transaction. A hybrid search ranks 2 x 50 candidates but reads the text of 10.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import apsw
+
+from services.store.records import SearchHit, chunk_public_id
+
+# The chunks' text and source, by chunk key (a JSON array, bound as one parameter). Chunks
+# exist only for completed files (written in the same transaction as the status); the
+# status test is a second line of defence.
+_DETAILS_SQL = """
+SELECT c.id, c.file_id, c.chunk_index, c.text, f.filename, cf.attributes
+FROM chunks AS c
+JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
+JOIN files AS f ON f.id = c.file_id
+WHERE c.id IN (SELECT value FROM json_each(?)) AND cf.status = 'completed'
+"""
+
+_FILES_SQL = "SELECT id, file_id FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+
+# chunk key, file id, chunk index, text, filename, attributes JSON
+_DetailRow = tuple[int, str, int, str, str, str]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A chunk in a ranking: its key, its file and its score in that ranking."""
+
+    key: int
+    file_id: str
+    score: float
+
+
+def files(conn: apsw.Connection, keys: Sequence[int]) -> dict[int, str]:
+    """The file of each chunk key (those that exist)."""
+    rows = conn.execute(_FILES_SQL, (json.dumps(list(keys)),)).fetchall()
+    return {cast(int, key): cast(str, file_id) for key, file_id in rows}
+
+
+def load(conn: apsw.Connection, ranked: Sequence[tuple[int, float]]) -> list[SearchHit]:
+    """SearchHits for (chunk key, score) pairs, in their order; keys of chunks that are gone
+    (or whose file is not completed) are left out."""
+    if not ranked:
+        return []
+    ids = json.dumps([key for key, _ in ranked])
+    details = {
+        row[0]: row for row in cast(list[_DetailRow], conn.execute(_DETAILS_SQL, (ids,)).fetchall())
+    }
+    hits = []
+    for key, score in ranked:
+        if key not in details:
+            continue
+        _, file_id, chunk_index, text, filename, attributes = details[key]
+        hits.append(
+            SearchHit(
+                chunk_id=chunk_public_id(key),
+                file_id=file_id,
+                filename=filename,
+                text=text,
+                score=score,
+                chunk_index=chunk_index,
+                attributes=json.loads(attributes),
+            )
+        )
+    return hits

@@ -1,0 +1,220 @@
+"""Vectors in memory (resident.py): the numpy search itself, and the store keeping it equal to
+the database through every write, rollback and drop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from services.store import resident, vector_index
+from services.store.db import atomic, database_key
+from services.store.records import ChunkInput
+from services.store.repository import Repository
+from services.store.resident import Collection, Resident, ResidentSettings
+from services.store.vector_index import IndexSettings
+from tests.store_fixtures import (
+    MODEL,
+    check_invariants,
+    open_repository,
+    unit_vectors,
+    upload,
+)
+
+DIMS = 64
+
+
+def exact_top(
+    matrix: npt.NDArray[np.float32], ids: list[int], query: np.ndarray, k: int
+) -> list[int]:
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    scores = unit @ (query / np.linalg.norm(query))
+    order = sorted(range(len(ids)), key=lambda i: (-scores[i], ids[i]))
+    return [ids[i] for i in order[:k]]
+
+
+def clustered(rng: np.random.Generator, n: int, dims: int) -> npt.NDArray[np.float32]:
+    """Vectors around a few centres, like embeddings of related texts."""
+    centres = unit_vectors(rng, 16, dims)
+    picks = centres[rng.integers(0, 16, size=n)]
+    return (picks + 0.6 * unit_vectors(rng, n, dims)).astype(np.float32)
+
+
+def test_exact_scan_ranks_like_numpy_and_skips_deleted_rows() -> None:
+    rng = np.random.default_rng(1)
+    matrix = clustered(rng, 500, DIMS)
+    ids = list(range(10, 510))
+    vectors = Collection(DIMS, ResidentSettings())
+    vectors.append(np.asarray(ids[:300]), matrix[:300])
+    vectors.append(np.asarray(ids[300:]), matrix[300:])
+    query = matrix[7] + 0.1
+    hits = vectors.search(query, 10)
+    assert [rowid for rowid, _ in hits] == exact_top(matrix, ids, query, 10)
+    # Cosine distances, best first.
+    distances = [distance for _, distance in hits]
+    assert distances == sorted(distances) and 0.0 <= distances[0] < 1.0
+    gone = [rowid for rowid, _ in hits[:3]]
+    vectors.delete(gone)
+    keep = [i for i, rowid in enumerate(ids) if rowid not in gone]
+    assert [rowid for rowid, _ in vectors.search(query, 10)] == exact_top(
+        matrix[keep], [ids[i] for i in keep], query, 10
+    )
+    assert vectors.live_rows == 497
+
+
+def test_sign_bit_scan_finds_the_nearest_and_exact_forces_the_scan() -> None:
+    rng = np.random.default_rng(2)
+    matrix = clustered(rng, 6000, DIMS)
+    ids = list(range(1, 6001))
+    settings = ResidentSettings(bits_min_rows=1000, min_candidates=300, oversample=30)
+    vectors = Collection(DIMS, settings)
+    vectors.append(np.asarray(ids), matrix)
+    found = 0
+    for query in unit_vectors(rng, 50, DIMS) + matrix[:50]:
+        want = exact_top(matrix, ids, query, 10)
+        found += len(set(want) & {rowid for rowid, _ in vectors.search(query, 10)})
+        assert [rowid for rowid, _ in vectors.search(query, 10, exact=True)] == want
+    assert found / 500 >= 0.95
+
+
+def test_rows_arriving_out_of_order_are_still_found_and_deleted() -> None:
+    vectors = Collection(4, ResidentSettings())
+    vectors.append(np.asarray([5, 9]), np.eye(4, dtype=np.float32)[:2])
+    vectors.append(np.asarray([7]), np.eye(4, dtype=np.float32)[2:3])
+    vectors.delete([9, 42])
+    ids, _ = vectors.rows()
+    assert ids.tolist() == [5, 7]
+    assert [rowid for rowid, _ in vectors.search(np.eye(4, dtype=np.float32)[1], 3)] == [5, 7]
+
+
+def test_a_load_raced_by_a_commit_is_not_kept() -> None:
+    memory = Resident(ResidentSettings())
+    rows = [(1, np.ones(4, dtype="<f4").tobytes())]
+
+    def read() -> list[tuple[int, bytes]]:
+        # A writer commits to the same collection while the loader reads.
+        memory.apply([resident.Change(3, rows=[(2, np.ones(4, dtype="<f4").tobytes())])])
+        return rows
+
+    loaded = memory.load(3, 4, read, expected_rows=1)
+    assert loaded is not None and loaded.live_rows == 1
+    assert memory.get(3) is None
+    assert memory.load(3, 4, lambda: rows, expected_rows=1) is memory.get(3)
+
+
+def test_the_budget_keeps_the_most_recently_searched_collections() -> None:
+    row = np.ones(256, dtype="<f4").tobytes()
+    one = Collection(256, ResidentSettings())
+    one.append(np.arange(1000), np.ones((1000, 256), dtype=np.float32))
+    # Room for about two collections of 1,000 rows.
+    memory = Resident(ResidentSettings(budget_bytes=int(2.5 * one.nbytes)))
+    for key in (1, 2, 3):
+        assert memory.load(key, 256, lambda: [(i, row) for i in range(1000)], 1000) is not None
+    assert sorted(memory.loaded()) == [2, 3]
+    # A collection that alone exceeds the budget is never loaded: SQLite searches it.
+    assert memory.load(4, 256, lambda: [], 10_000_000) is None
+
+
+# The store: the copy in memory follows the database
+
+
+def add_file(repo: Repository, collection_id: str, vectors: npt.NDArray[np.float32]) -> str:
+    file = upload(repo, f"{vectors.sum()}")
+    repo.add_chunks(
+        collection_id,
+        file.id,
+        file.filename,
+        {},
+        [ChunkInput(f"chunk {i}", 3) for i in range(len(vectors))],
+        vectors,
+        MODEL,
+    )
+    return file.id
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repository:
+    with open_repository(tmp_path / "ragd.db") as repository:
+        yield repository
+
+
+def in_memory(repo: Repository) -> Resident:
+    found = resident.existing(database_key(repo._conn()))
+    assert found is not None
+    return found
+
+
+def test_searches_read_memory_that_follows_every_write(repo: Repository) -> None:
+    rng = np.random.default_rng(3)
+    collection = repo.create_collection("c", MODEL, DIMS)
+    first = unit_vectors(rng, 20, DIMS)
+    add_file(repo, collection.id, first)
+    query = first[4]
+    assert repo.search(collection.id, query, k=1)[0].text == "chunk 4"
+    memory = in_memory(repo)
+    assert memory.loads == 1
+    # Added after the load: found without another load.
+    second = unit_vectors(rng, 5, DIMS)
+    added = add_file(repo, collection.id, second)
+    assert repo.search(collection.id, second[2], k=1)[0].file_id == added
+    # Deleted: gone from memory too.
+    repo.delete_file(added)
+    assert all(hit.file_id != added for hit in repo.search(collection.id, second[2], k=25))
+    assert memory.loads == 1
+    check_invariants(repo.path)
+    # Every search agrees with sqlite-vec's exhaustive scan of the same database.
+    off = IndexSettings(resident=ResidentSettings(budget_bytes=0))
+    with open_repository(repo.path, index=off) as sqlite_only:
+        for vector in unit_vectors(rng, 5, DIMS):
+            hits = repo.search(collection.id, vector, k=7)
+            scanned = sqlite_only.search(collection.id, vector, k=7)
+            assert [hit.chunk_id for hit in hits] == [hit.chunk_id for hit in scanned]
+            assert [hit.score for hit in hits] == pytest.approx([h.score for h in scanned])
+
+
+def test_a_rolled_back_write_never_reaches_memory(repo: Repository) -> None:
+    rng = np.random.default_rng(4)
+    collection = repo.create_collection("c", MODEL, DIMS)
+    add_file(repo, collection.id, unit_vectors(rng, 3, DIMS))
+    repo.search(collection.id, unit_vectors(rng, 1, DIMS)[0], k=1)
+    conn = repo._conn()
+    with pytest.raises(RuntimeError), atomic(conn):
+        vector_index.insert(conn, 1, [(99_999, unit_vectors(rng, 1, DIMS)[0].tobytes())])
+        raise RuntimeError("the write fails after the vectors")
+    assert 99_999 not in in_memory(repo).loaded()[1].rows()[0].tolist()
+    check_invariants(repo.path)
+
+
+def test_a_dropped_collection_leaves_memory(repo: Repository) -> None:
+    rng = np.random.default_rng(5)
+    collection = repo.create_collection("c", MODEL, DIMS)
+    add_file(repo, collection.id, unit_vectors(rng, 3, DIMS))
+    repo.search(collection.id, unit_vectors(rng, 1, DIMS)[0], k=1)
+    assert list(in_memory(repo).loaded()) == [1]
+    repo.delete_collection(collection.id)
+    assert in_memory(repo).loaded() == {}
+
+
+def test_a_database_made_anew_at_the_same_path_is_not_confused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(6)
+    path = tmp_path / "ragd.db"
+    for round_ in range(2):
+        with open_repository(path) as repo:
+            collection = repo.create_collection("c", MODEL, DIMS)
+            vectors = unit_vectors(rng, 4, DIMS)
+            file_id = add_file(repo, collection.id, vectors)
+            assert repo.search(collection.id, vectors[1], k=1)[0].file_id == file_id, round_
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def test_memory_off_searches_sqlite(tmp_path: Path) -> None:
+    off = IndexSettings(resident=ResidentSettings(budget_bytes=0))
+    with open_repository(tmp_path / "ragd.db", index=off) as repo:
+        collection = repo.create_collection("c", MODEL, DIMS)
+        vectors = unit_vectors(np.random.default_rng(7), 4, DIMS)
+        add_file(repo, collection.id, vectors)
+        assert repo.search(collection.id, vectors[2], k=1)[0].text == "chunk 2"
+        assert resident.existing(database_key(repo._conn())) is None
