@@ -23,7 +23,7 @@ from bench.context import Context, timed
 from bench.corpus import Document
 from bench.ingest import ingest
 from bench.processes import running_stack
-from bench.pydocs import Pair, load
+from bench.pydocs import Pair, corpus, load
 from bench.stats import Row, not_available, percentile
 
 SCENARIO = "9 quality"
@@ -124,12 +124,17 @@ def _peer(ctx: Context, pairs: Sequence[Pair]) -> tuple[Quality, float, int] | N
 
 def run(ctx: Context) -> None:
     config = ctx.config
-    with timed(ctx, "quality: standard-library docstrings (built once per Python)"):
-        pairs = load(config.cache_dir)[: config.quality_docs]
+    with timed(ctx, "quality: docstring corpus (built once per Python and package versions)"):
+        every, packages = load(config.cache_dir)
+        pairs = corpus(every, config.quality_docs)
     docs = [Document(f"{pair.key}.txt", pair.text) for pair in pairs]
     queries = [pair.query for pair in pairs]
     detail = ctx.detail(SCENARIO)
-    detail.update(documents=len(docs), characters=sum(len(d.text) for d in docs))
+    detail.update(
+        documents=len(docs),
+        characters=sum(len(d.text) for d in docs),
+        packages=dict(packages),
+    )
     with running_stack(ctx.run_dir / "quality", config.threads) as stack:
         with timed(ctx, f"quality: ingest {len(docs)} documents"):
             ingested = ingest(stack, docs, config.ingest_uploaders, "bench-quality")
