@@ -6,9 +6,10 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 MODELS_DIR ?= models
 MODEL := $(MODELS_DIR)/all-MiniLM-L6-v2.gguf
-# f16 block weights. MODEL_TYPE=q8_0 embeds ~1.2x faster at cosine >= 0.9995 to f16, but a
-# text's vector then moves with its batch companions (cosine ~0.9997 between batch shapes).
-MODEL_TYPE ?= f16
+# The block weights' type: auto is bf16 on CPUs with AVX-512 BF16 (1.2x faster than f16 there,
+# cosine 0.99998 to f32), else f16. MODEL_TYPE=q8_0 is smaller, but a text's vector then moves
+# with its batch companions (cosine ~0.9997 between batch shapes); f16 is the portable one.
+MODEL_TYPE ?= auto
 PB_DIR := services/pb
 PROTOS := $(wildcard protos/*.proto)
 PB_STAMP := $(PB_DIR)/.stamp

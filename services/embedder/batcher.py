@@ -10,7 +10,8 @@ A pass starts when it is full, or `max_wait` after the oldest waiting input arri
 model became free, whichever is later. "Full" includes "as many requests as were in flight when
 the last pass ended": clients that send their next request on each answer come back within
 that wait, so they keep sharing passes instead of splitting into alternating halves, and a
-lone client's request starts at once instead of waiting for company that will not come.
+lone client's request starts at once instead of waiting for company that will not come. It
+also includes "an eighth of the pass's tokens": only short work waits for company.
 
 The queue is bounded in tokens (the work it represents): a request that would take it past the
 bound is refused at once with QueueFull, unless the queue is empty, so that a request of any
@@ -52,6 +53,14 @@ class QueueFull(Exception):
         )
         self.queued_tokens = queued_tokens
         self.limit = limit
+
+
+# A pass of at least 1/_ALONE_FRACTION of the token limit starts without waiting for
+# company. Below that a pass costs about the same whatever it holds (thread start-up and the
+# graph's fixed work dominate), so waiting max_wait for other short requests pays; above it
+# the wait is idle time: a bulk client (an ingest worker) comes back only after writing its
+# file, and waiting for it cost ~20% of ingest throughput (BENCHMARKS.md, quality).
+_ALONE_FRACTION = 8
 
 
 @dataclass(frozen=True)
@@ -185,7 +194,7 @@ class Batcher:
     def _full(self) -> bool:
         return (
             self._queued_inputs >= self.limits.max_inputs
-            or self._queued_tokens >= self.limits.max_tokens
+            or self._queued_tokens * _ALONE_FRACTION >= self.limits.max_tokens
             or len(self._jobs) >= self._expected_requests
             or self._jobs[0].priority
         )

@@ -24,7 +24,10 @@ from services.gateway.errors import invalid
 from services.pb import store_pb2
 
 # OpenAI's "auto" strategy is 800 tokens with 400 overlap; a model whose context is smaller
-# (MiniLM: 256) gets chunks of its full context and a quarter of that as overlap.
+# (MiniLM: 256) gets chunks of its full context and no overlap. On the docstring benchmark
+# (2,000 documents) a quarter of overlap embedded 13% more tokens and changed recall@10 and
+# MRR@10 of the default search by less than 0.005 (the chunker already cuts at paragraphs
+# and sentences); a static strategy still sets any overlap.
 AUTO_MAX_TOKENS = 800
 AUTO_OVERLAP_TOKENS = 400
 
@@ -50,8 +53,9 @@ def resolve_chunking(
     """Validates an OpenAI chunking_strategy against the model's context."""
     limit = model.max_input_tokens
     if raw is None or (isinstance(raw, dict) and raw.get("type") == AUTO):
-        auto = min(AUTO_MAX_TOKENS, limit)
-        return ChunkingStrategy(auto, min(AUTO_OVERLAP_TOKENS, auto // 4))
+        if limit >= AUTO_MAX_TOKENS:
+            return ChunkingStrategy(AUTO_MAX_TOKENS, AUTO_OVERLAP_TOKENS)
+        return ChunkingStrategy(limit, 0)
     if not isinstance(raw, dict) or raw.get("type") != STATIC:
         raise invalid(f"'{param}.type' must be 'auto' or 'static'", param=param)
     static = raw.get("static")
