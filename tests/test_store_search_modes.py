@@ -25,6 +25,7 @@ from services.store.search.filters import Comparison, Filter, matches
 from services.store.search.hits import Candidate
 from services.store.search.hybrid import (
     FILE_DECAY,
+    FILE_SUPPORT,
     MIN_CANDIDATES,
     RRF_K,
     candidate_count,
@@ -364,6 +365,14 @@ def test_fusion_lets_other_files_in_before_a_files_next_chunk() -> None:
     far = [hit(1, "fa", 0.9), hit(2, "fa", 0.9), hit(4, "fb", 0.55), hit(5, "fz", 0.5)]
     assert [key for key, _ in fuse(far, [], k=4)][:2] == [1, 2]
     assert FILE_DECAY < 1
+
+
+def test_fusion_prefers_a_chunk_whose_file_matches_elsewhere_too() -> None:
+    # Own scores (half the min-max vector score): 1 = .5, 2 = .475, 3 = .4, 4 = 0. File "rich"
+    # also holds 3, so 2 gains .3 x .4 and passes 1, which is alone in its file.
+    vector = [hit(1, "lone", 1.0), hit(2, "rich", 0.95), hit(3, "rich", 0.8), hit(4, "z", 0.0)]
+    assert [key for key, _ in fuse(vector, [], k=4)] == [2, 1, 3, 4]
+    assert FILE_SUPPORT == pytest.approx(0.3)
 
 
 # Arguments
