@@ -550,3 +550,18 @@ def test_search_modes_over_grpc(tmp_path: Path) -> None:
             assert error.value.code() == grpc.StatusCode.NOT_FOUND
 
     asyncio.run(scenario())
+
+
+def test_a_long_query_keeps_its_rarest_words(repo: Repository) -> None:
+    collection = repo.create_collection("long", MODEL, DIMS)
+    common = [f"common{i}" for i in range(MAX_QUERY_TERMS)]
+    # Every chunk holds the common words; only one holds "zebra".
+    texts = [" ".join(common) + f" filler{i}" for i in range(5)] + [" ".join(common) + " zebra"]
+    add_file(repo, collection.id, texts)
+    query = " ".join([*common, "zebra"])
+    kept = fts_query(query, lambda words: [1 if w == "zebra" else 6 for w in words])
+    assert kept is not None and '"zebra"' in kept and kept.count(" OR ") == MAX_QUERY_TERMS - 1
+    # Without a rarity the first MAX_QUERY_TERMS words are kept, and zebra would be lost.
+    assert '"zebra"' not in (fts_query(query) or "")
+    hits = lexical(repo, collection.id, query, k=1)
+    assert hits[0].text.endswith("zebra")
