@@ -361,9 +361,7 @@ def _one_size(
             timings[f"REST c{clients}"] = _via_rest(stack.url, store_id, query_texts, clients, k)
         # The vector ranking alone, for its recall against the exact scan (the default fuses
         # it with the words of the query: another ranking by design).
-        timings["REST vector c1"] = _via_rest(
-            stack.url, store_id, query_texts, 1, k, mode="vector"
-        )
+        timings["REST vector c1"] = _via_rest(stack.url, store_id, query_texts, 1, k, mode="vector")
     split = gateway_split(stack, store_id, model, query_texts, queries, k)
     footprint["rss_after_queries_mb"] = stack.rss()
     ctx.detail("4 footprint").setdefault("after_load", []).append(footprint)

