@@ -252,7 +252,7 @@ def resident_invariants(conn: apsw.Connection) -> None:
         ids, matrix = vectors.rows()
         assert ids.tolist() == [row[0] for row in stored], f"collection {key}: other rows"
         if stored:
-            floats = np.frombuffer(b"".join(row[1] for row in stored), dtype="<f4")
+            floats = np.frombuffer(b"".join(cast(bytes, row[1]) for row in stored), dtype="<f4")
             floats = floats.reshape(len(stored), -1)
             floats = floats / np.linalg.norm(floats, axis=1, keepdims=True)
             assert np.allclose(matrix, floats, atol=1e-6), f"collection {key}: other vectors"

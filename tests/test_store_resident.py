@@ -3,6 +3,7 @@ the database through every write, rollback and drop."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -135,7 +136,7 @@ def add_file(repo: Repository, collection_id: str, vectors: npt.NDArray[np.float
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Repository:
+def repo(tmp_path: Path) -> Iterator[Repository]:
     with open_repository(tmp_path / "ragd.db") as repository:
         yield repository
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import cast
 
 import apsw
@@ -473,10 +474,13 @@ def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
         return False
     loaded = found.loaded()
     with atomic(conn, write=False):
-        rows = conn.execute(
-            "SELECT id, public_id, dimensions, chunk_count FROM collections"
-            " WHERE shadow_of IS NULL AND chunk_count > 0 ORDER BY last_active_at DESC, id"
-        ).fetchall()
+        rows = cast(
+            list[tuple[int, str, int, int]],
+            conn.execute(
+                "SELECT id, public_id, dimensions, chunk_count FROM collections"
+                " WHERE shadow_of IS NULL AND chunk_count > 0 ORDER BY last_active_at DESC, id"
+            ).fetchall(),
+        )
         wanted = found.take_wanted()
         candidates = sorted(
             (row for row in rows if row[0] not in loaded or loaded[row[0]].owner != row[1]),
@@ -484,7 +488,7 @@ def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
         )
         for key, owner, dimensions, count in candidates:
             if found.fits(dimensions, count):
-                found.load(key, dimensions, lambda k=key: _all_vectors(conn, k), count, owner)
+                found.load(key, dimensions, partial(_all_vectors, conn, key), count, owner)
                 return True
     return False
 

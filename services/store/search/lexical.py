@@ -115,7 +115,11 @@ def document_counts(conn: apsw.Connection, words: Sequence[str]) -> list[int]:
     tokenize = conn.fts5_tokenizer(*TOKENIZER)
     counts = []
     for word in words:
-        tokens = [found[2] for found in tokenize(word.encode(), apsw.FTS5_TOKENIZE_QUERY, None)]
+        # Each token as (start, end, token, *colocated synonyms).
+        produced = cast(
+            list[tuple[object, ...]], tokenize(word.encode(), apsw.FTS5_TOKENIZE_QUERY, None)
+        )
+        tokens = [cast(str, item[2]) for item in produced]
         found = [
             conn.execute(
                 "SELECT doc FROM temp.chunks_fts_vocab WHERE term = ?", (token,)
