@@ -128,8 +128,8 @@ def index_kind(collection: store_pb2.Collection) -> str | None:
 
 
 def wait_for_index(target: str, store_id: str, timeout: float = 900.0) -> tuple[str | None, float]:
-    """Waits while the store builds the collection's coarse index in the background; returns
-    the index it ends with and the seconds waited."""
+    """Waits while the store builds the collection's coarse index and loads its vectors into
+    memory in the background; returns the index it ends with and the seconds waited."""
     began = time.perf_counter()
     with grpc.insecure_channel(target) as channel:
         store = store_pb2_grpc.StoreStub(channel)
@@ -139,11 +139,13 @@ def wait_for_index(target: str, store_id: str, timeout: float = 900.0) -> tuple[
             )
             index = index_kind(collection)
             waited = time.perf_counter() - began
-            if index is None or index.endswith("=coarse"):
+            # A store too large for its memory budget stays out of memory: do not wait for it.
+            loading = not getattr(collection, "in_memory", True) and waited < 60
+            if (index is None or index.endswith("=coarse")) and not loading:
                 return index, waited
             # "exact" a few seconds on: too small for a coarse index (the builder looks for
             # work every 2 s).
-            if index.endswith("=exact") and waited > 5:
+            if index is not None and index.endswith("=exact") and waited > 5:
                 return index, waited
             if waited > timeout:
                 raise RuntimeError(f"the coarse index of {store_id} is still {index}")

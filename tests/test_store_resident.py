@@ -153,7 +153,9 @@ def test_searches_read_memory_that_follows_every_write(repo: Repository) -> None
     first = unit_vectors(rng, 20, DIMS)
     add_file(repo, collection.id, first)
     query = first[4]
+    assert not repo.get_collection(collection.id).in_memory
     assert repo.search(collection.id, query, k=1)[0].text == "chunk 4"
+    assert repo.get_collection(collection.id).in_memory
     memory = in_memory(repo)
     assert memory.loads == 1
     # Added after the load: found without another load.
@@ -186,6 +188,21 @@ def test_a_rolled_back_write_never_reaches_memory(repo: Repository) -> None:
         raise RuntimeError("the write fails after the vectors")
     assert 99_999 not in in_memory(repo).loaded()[1].rows()[0].tolist()
     check_invariants(repo.path)
+
+
+def test_the_builder_loads_large_collections_before_any_search(tmp_path: Path) -> None:
+    small_inline = IndexSettings(resident=ResidentSettings(inline_rows=2))
+    with open_repository(tmp_path / "ragd.db", index=small_inline) as repo:
+        collection = repo.create_collection("c", MODEL, DIMS)
+        vectors = unit_vectors(np.random.default_rng(8), 5, DIMS)
+        add_file(repo, collection.id, vectors)
+        # Too large to load inline: searched in SQLite until the builder loads it.
+        assert repo.search(collection.id, vectors[3], k=1)[0].text == "chunk 3"
+        assert not repo.get_collection(collection.id).in_memory
+        assert repo.build_indexes()
+        assert repo.get_collection(collection.id).in_memory
+        assert repo.search(collection.id, vectors[3], k=1)[0].text == "chunk 3"
+        check_invariants(repo.path)
 
 
 def test_a_dropped_collection_leaves_memory(repo: Repository) -> None:

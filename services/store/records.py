@@ -60,6 +60,8 @@ class Collection:
     # The model's context in tokens, as its embedder reported it at creation (0: unknown,
     # collections made before schema 8).
     max_input_tokens: int = 0
+    # Its vectors are in the store's memory (resident.py); set by get_collection only.
+    in_memory: bool = False
     # The latest re-index (reindex.py), if any.
     reindex: Reindex | None = None
 

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
@@ -213,7 +213,10 @@ class Repository:
 
     def get_collection(self, collection_id: str) -> Collection:
         with atomic(self._conn(), write=False):
-            return reindex.lookup(self._conn(), collection_id)
+            found = reindex.lookup(self._conn(), collection_id)
+        if vector_index.in_memory(self._conn(), found.id, self.index.resident):
+            return replace(found, in_memory=True)
+        return found
 
     # Re-indexing (reindex.py)
 

@@ -65,17 +65,19 @@ class Collection:
     """One collection's vectors: rows are appended into buffers that grow by doubling, and
     a search works on a consistent prefix of them (`count` is published last)."""
 
-    def __init__(self, dimensions: int, settings: ResidentSettings, owner: str = "") -> None:
+    def __init__(
+        self, dimensions: int, settings: ResidentSettings, owner: str = "", capacity: int = 0
+    ) -> None:
         self.dimensions = dimensions
         self.owner = owner
         self._settings = settings
         self._lock = threading.Lock()
-        self._ids: Ids = np.empty(0, dtype=np.int64)
-        self._matrix = np.empty((0, dimensions), dtype=np.float32)
-        self._live = np.empty(0, dtype=bool)
+        self._ids: Ids = np.empty(capacity, dtype=np.int64)
+        self._matrix = np.empty((capacity, dimensions), dtype=np.float32)
+        self._live = np.zeros(capacity, dtype=bool)
         # Sign bits, one row of uint64 words per dimension word (column-major: each word of
         # every row is contiguous, which is what the scan reads).
-        self._bits = np.empty((self._words, 0), dtype=np.uint64)
+        self._bits = np.empty((self._words, capacity), dtype=np.uint64)
         self.count = 0
         self.dead = 0
         # Rowids arrive in increasing order (chunk ids are AUTOINCREMENT): lookups bisect.
@@ -126,6 +128,20 @@ class Collection:
         # Searches holding the old buffers keep them alive until they finish.
         self._ids, self._matrix, self._live, self._bits = ids, matrix, live, bits
 
+    def sort(self) -> None:
+        """Puts the rows in rowid order (after a load that read them in another), so that
+        deletions bisect. Not for a collection searches already use."""
+        with self._lock:
+            n = self.count
+            if self._sorted or n == 0:
+                return
+            order = np.argsort(self._ids[:n], kind="stable")
+            self._ids[:n] = self._ids[:n][order]
+            self._matrix[:n] = self._matrix[:n][order]
+            self._live[:n] = self._live[:n][order]
+            self._bits[:, :n] = self._bits[:, :n][:, order]
+            self._sorted = True
+
     def delete(self, ids: Iterable[int]) -> None:
         with self._lock:
             n = self.count
@@ -169,6 +185,14 @@ class Collection:
         top = np.argpartition(-scores, take - 1)[:take] if take < len(rows) else np.arange(take)
         found = [(int(ids[rows[i]]), 1.0 - float(scores[i])) for i in top if scores[i] > -np.inf]
         return sorted(found, key=lambda hit: (hit[1], hit[0]))
+
+
+# Rows read per slice while loading a collection.
+_LOAD_SLICE = 16_384
+
+
+def _matrix(blobs: Sequence[bytes], dimensions: int) -> npt.NDArray[np.float32]:
+    return np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), dimensions)
 
 
 def _sign_bits(vectors: npt.NDArray[np.float32], words: int) -> npt.NDArray[np.uint64]:
@@ -242,16 +266,18 @@ class Resident:
         if not self.fits(dimensions, expected_rows):
             return None
         version = self.version(key)
-        loaded = Collection(dimensions, self.settings, owner)
+        loaded = Collection(dimensions, self.settings, owner, capacity=expected_rows)
+        # In slices, so that a million rows never sit in memory twice as Python bytes.
         ids: list[int] = []
         blobs: list[bytes] = []
         for rowid, blob in rows():
             ids.append(rowid)
             blobs.append(blob)
-        if ids:
-            order = np.argsort(np.asarray(ids, dtype=np.int64), kind="stable")
-            matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(ids), dimensions)
-            loaded.append(np.asarray(ids, dtype=np.int64)[order], matrix[order])
+            if len(ids) == _LOAD_SLICE:
+                loaded.append(np.asarray(ids, dtype=np.int64), _matrix(blobs, dimensions))
+                ids, blobs = [], []
+        loaded.append(np.asarray(ids, dtype=np.int64), _matrix(blobs, dimensions))
+        loaded.sort()
         self.loads += 1
         with self._lock:
             if self.version(key) != version:

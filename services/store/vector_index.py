@@ -466,6 +466,12 @@ def resident_nearest(
     return vectors.search(np.frombuffer(query, dtype="<f4"), k, exact)
 
 
+def in_memory(conn: apsw.Connection, owner: str, settings: resident.ResidentSettings) -> bool:
+    """Whether the collection with this public id has its vectors in memory."""
+    found = resident.for_database(database_key(conn), settings)
+    return found is not None and any(c.owner == owner for c in found.loaded().values())
+
+
 def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
     """Loads one collection into memory that a search wanted, else the most recently active
     one not there yet, if it fits the budget; True if it loaded one (call again)."""

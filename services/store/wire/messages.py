@@ -143,6 +143,7 @@ def collection_message(collection: Collection) -> pb.Collection:
         expires_at=collection.expires_at,
         vector_index=collection.vector_index,
         max_input_tokens=collection.max_input_tokens,
+        in_memory=collection.in_memory,
     )
     if (reindex := collection.reindex) is not None:
         message.reindex.CopyFrom(
