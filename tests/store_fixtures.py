@@ -21,7 +21,7 @@ import sqlite_vec
 from services.common.vocabulary import COARSE, EXACT
 from services.pb import store_pb2 as pb
 from services.pb import store_pb2_grpc
-from services.store import jobs, resident, vector_index
+from services.store import fulltext, jobs, resident, vector_index
 from services.store.config import StoreConfig
 from services.store.db import database_key, open_database
 from services.store.records import ChunkInput, ClaimedJob, CollectionFile, File
@@ -229,6 +229,7 @@ def check_invariants(path: Path) -> None:
         )
         conversation_invariants(conn)
         resident_invariants(conn)
+        fulltext_invariants(conn)
     finally:
         conn.close()
 
@@ -331,12 +332,36 @@ def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
 
 
 def check_fts_index(path: Path) -> None:
-    """FTS5's own check that the index holds exactly the rows of its content table."""
+    """Every collection's full-text table holds exactly its chunks, and passes FTS5's own
+    integrity check."""
     conn = open_database(path)
     try:
-        conn.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 1)")
+        fulltext_invariants(conn)
     finally:
         conn.close()
+
+
+def fulltext_invariants(conn: apsw.Connection) -> None:
+    keys = [cast(int, row[0]) for row in conn.execute("SELECT id FROM collections")]
+    for key in keys:
+        table = fulltext.table(key)
+        conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
+        indexed = [row[0] for row in conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid")]
+        chunks = [
+            row[0]
+            for row in conn.execute(
+                "SELECT id FROM chunks WHERE collection_id = ? ORDER BY id", (key,)
+            )
+        ]
+        assert indexed == chunks, f"collection {key}: full-text rows are not its chunks"
+    names = {
+        cast(str, row[0])
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'fts!_%' ESCAPE '!'"
+        )
+    }
+    tables = {name for name in names if name.count("_") == 1}
+    assert tables == {fulltext.table(key) for key in keys}, "full-text tables of no collection"
 
 
 def table_names(path: Path) -> set[str]:

@@ -10,7 +10,7 @@ from typing import Any
 import apsw
 
 from services.common.vocabulary import FILE_STATUSES
-from services.store import compat, vector_index
+from services.store import compat, fulltext, vector_index
 from services.store.db import atomic, try_write
 from services.store.errors import CollectionNotFound, InvalidArgument
 from services.store.records import Collection, EmbeddingModel, FileCounts, ModelUse, Page
@@ -149,6 +149,7 @@ def insert(
         ),
     )
     key = conn.last_insert_rowid()
+    fulltext.create(conn, key)
     vector_index.create_tables(conn, key, dimensions)
     return key
 
@@ -315,6 +316,7 @@ def drop(conn: apsw.Connection, key: int) -> None:
     conn.execute("DELETE FROM collection_files WHERE collection_id = ?", (key,))
     conn.execute("DELETE FROM file_batches WHERE collection_id = ?", (key,))
     conn.execute("DELETE FROM collections WHERE id = ?", (key,))
+    fulltext.drop(conn, key)
     vector_index.drop_tables(conn, key)
 
 

@@ -10,7 +10,7 @@ from typing import cast
 import apsw
 
 from services.common.vectors import FloatMatrix, to_bytes
-from services.store import vector_index
+from services.store import fulltext, vector_index
 from services.store.catalog import lookup
 from services.store.compat import check_indexing, check_vectors
 from services.store.db import atomic
@@ -56,14 +56,17 @@ def check_token_counts(chunks: Sequence[ChunkInput]) -> None:
 
 
 def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
-    """Deletes a file's chunks and their vectors from a collection (inside a transaction)."""
-    old_ids = conn.execute(
-        "SELECT c.id FROM chunks AS c JOIN collection_files AS cf"
+    """Deletes a file's chunks, their full-text rows and their vectors from a collection
+    (inside a transaction)."""
+    rows = conn.execute(
+        "SELECT c.id, cf.vectors_pending FROM chunks AS c JOIN collection_files AS cf"
         " ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id"
-        " WHERE c.collection_id = ? AND c.file_id = ? AND NOT cf.vectors_pending",
+        " WHERE c.collection_id = ? AND c.file_id = ?",
         (key, file_id),
     ).fetchall()
-    vector_index.delete(conn, key, [cast(int, row[0]) for row in old_ids])
+    ids = [cast(int, row[0]) for row in rows]
+    vector_index.delete(conn, key, [cast(int, row[0]) for row in rows if not row[1]])
+    fulltext.remove(conn, key, ids)
     conn.execute("DELETE FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id))
 
 
@@ -74,19 +77,24 @@ def insert_chunks(
     chunks: Sequence[ChunkInput],
     vectors: FloatMatrix | None,
 ) -> None:
-    """Writes chunk i with vector i (inside a transaction; the file has no chunks yet);
-    without vectors, the chunks and their full-text rows only."""
+    """Writes chunk i with vector i (inside a transaction; the file has no chunks yet),
+    and its full-text row; without vectors, the chunks and their full-text rows only."""
     conn.executemany(
         "INSERT INTO chunks (collection_id, file_id, chunk_index, text, token_count)"
         " VALUES (?, ?, ?, ?, ?)",
         [(key, file_id, i, chunk.text, chunk.token_count) for i, chunk in enumerate(chunks)],
     )
-    if vectors is None:
-        return
     ids = conn.execute(
         "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
         (key, file_id),
     ).fetchall()
+    fulltext.add(
+        conn,
+        key,
+        [(cast(int, row[0]), chunk.text) for row, chunk in zip(ids, chunks, strict=True)],
+    )
+    if vectors is None:
+        return
     vector_index.insert(
         conn,
         key,

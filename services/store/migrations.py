@@ -340,43 +340,28 @@ CREATE INDEX collection_files_vectors_pending ON collection_files (collection_id
 ALTER TABLE collections ADD COLUMN max_input_tokens INTEGER NOT NULL DEFAULT 0;
 """
 
-# The full-text index gains the chunk's collection as a second column: a lexical search
-# names its collection inside the MATCH (`collection_id : "7" AND text : (...)`), so FTS5
-# ranks only that collection's chunks and returns the top k itself (ORDER BY bm25 LIMIT k)
-# instead of every matching chunk of every collection being joined and sorted in SQL.
-_V9_LEXICAL_BY_COLLECTION = """
-DROP TRIGGER chunks_fts_insert;
-DROP TRIGGER chunks_fts_delete;
-DROP TRIGGER chunks_fts_update;
-DROP TABLE chunks_fts;
 
-CREATE VIRTUAL TABLE chunks_fts USING fts5(
-    text,
-    collection_id,
-    content = 'chunks',
-    content_rowid = 'id',
-    tokenize = 'porter unicode61 remove_diacritics 2'
-);
+# One full-text table per collection, fts_<key> (services/store/fulltext.py says why),
+# contentless with deletes by rowid, filled from the chunks; the shared chunks_fts and its
+# triggers go. The DDL is written out here, not taken from fulltext.py, so that this
+# migration stays what it was whatever fulltext.py becomes.
+def _v9_fulltext_per_collection(conn: apsw.Connection) -> None:
+    conn.execute(
+        "DROP TRIGGER chunks_fts_insert; DROP TRIGGER chunks_fts_delete;"
+        " DROP TRIGGER chunks_fts_update; DROP TABLE chunks_fts;"
+    )
+    keys = [int(row[0]) for row in conn.execute("SELECT id FROM collections ORDER BY id")]
+    for key in keys:
+        conn.execute(
+            f"CREATE VIRTUAL TABLE fts_{key:d} USING fts5(text, content = '',"
+            " contentless_delete = 1, tokenize = 'porter unicode61 remove_diacritics 2')"
+        )
+        conn.execute(
+            f"INSERT INTO fts_{key:d} (rowid, text)"
+            " SELECT id, text FROM chunks WHERE collection_id = ? ORDER BY id",
+            (key,),
+        )
 
-CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts (rowid, text, collection_id)
-    VALUES (new.id, new.text, new.collection_id);
-END;
-
-CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts (chunks_fts, rowid, text, collection_id)
-    VALUES ('delete', old.id, old.text, old.collection_id);
-END;
-
-CREATE TRIGGER chunks_fts_update AFTER UPDATE ON chunks BEGIN
-    INSERT INTO chunks_fts (chunks_fts, rowid, text, collection_id)
-    VALUES ('delete', old.id, old.text, old.collection_id);
-    INSERT INTO chunks_fts (rowid, text, collection_id)
-    VALUES (new.id, new.text, new.collection_id);
-END;
-
-INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
-"""
 
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
@@ -387,7 +372,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V6_CONVERSATIONS),
     _script(_V7_REINDEX),
     _script(_V8_LEXICAL_ONLY),
-    _script(_V9_LEXICAL_BY_COLLECTION),
+    _v9_fulltext_per_collection,
 ]
 
 

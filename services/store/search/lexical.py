@@ -1,14 +1,12 @@
 """Lexical search: FTS5 bm25 over chunk text, with scores normalized to [0, 1].
 
-The index is `chunks_fts` (migration 9), an external-content FTS5 table over `chunks` kept in
-sync by triggers, so it holds exactly the chunks that exist, and chunks exist only for
-completed files. Its second column is the chunk's collection: the MATCH itself names the
-collection, and FTS5 ranks and cuts to the top k (ORDER BY bm25 LIMIT k) before any other
-table is read; only the chunks finally returned are then looked up (hits.py). Ranking every
-match in SQL instead (joining each to its chunk, file and membership, text included, then
-sorting) cost ~3x as much on a natural-language query matching a third of the chunks. Its
-bm25 statistics (document frequencies, average length) are database-wide rather than per
-collection: a rare word is rare everywhere.
+Each collection has its own full-text table (fulltext.py), holding exactly its chunks, and
+chunks exist only for completed files. FTS5 ranks the matches and cuts to the top k (ORDER BY
+bm25 LIMIT k) before any other table is read; only the chunks finally returned are then looked
+up (hits.py). Ranking every match in SQL instead (joining each to its chunk, file and
+membership, text included, then sorting) cost ~3x as much on a natural-language query matching
+a third of the chunks. bm25's statistics (document frequencies, average length) are the
+collection's own.
 """
 
 from __future__ import annotations
@@ -19,17 +17,15 @@ from typing import cast
 
 import apsw
 
+from services.store import fulltext
+
 # A query keeps at most this many distinct words, the rarest (database-wide document counts):
 # each is a posting-list scan and a bm25 term for every chunk it matches. On 50-word queries
 # over 10k chunks the 16 rarest ranked as well as all of them (MRR@10 0.899 vs 0.900) in a
 # third of the time (4.1 vs 11.6 ms); summary-length queries rarely have more.
 MAX_QUERY_TERMS = 16
-# chunks_fts's tokenizer (migration 9): a word's tokens, to look up its document count.
-TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
-_VOCABULARY = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.chunks_fts_vocab"
-    " USING fts5vocab(main, chunks_fts, row)"
-)
+# Document counts of a collection's words, from its table's vocabulary (per connection).
+_VOCABULARY = "CREATE VIRTUAL TABLE IF NOT EXISTS temp.{vocab} USING fts5vocab(main, {table}, row)"
 
 # English function words, left out of a query that has other words. OR-ed in, each matches
 # nearly every chunk: bm25 then scores the whole index for a few points of weight (their IDF
@@ -44,26 +40,23 @@ STOPWORDS = frozenset(
     over under again further once here both few nor s t""".split()
 )
 
-# bm25 weights per column: the collection column only restricts, it never scores.
-_BM25 = "bm25(chunks_fts, 1.0, 0.0)"
-
 # Without a filter: FTS5 ranks the collection's matches and keeps the best k.
-_TOP_SQL = f"""
-SELECT rowid, {_BM25} AS rank FROM chunks_fts WHERE chunks_fts MATCH ?
+_TOP_SQL = """
+SELECT rowid, bm25({table}) AS rank FROM {table} WHERE {table} MATCH ?
 ORDER BY rank, rowid LIMIT ?
 """
 
 # With an attribute filter: FTS5 first, materialized, so the planner cannot turn the join
 # around and run a full-text query per chunk; then the filter over each match's file.
-_FILTERED_SQL = f"""
+_FILTERED_SQL = """
 WITH fts AS MATERIALIZED (
-    SELECT rowid AS chunk_id, {_BM25} AS rank FROM chunks_fts WHERE chunks_fts MATCH ?
+    SELECT rowid AS chunk_id, bm25({table}) AS rank FROM {table} WHERE {table} MATCH ?
 )
 SELECT fts.chunk_id, fts.rank
 FROM fts
 JOIN chunks AS c ON c.id = fts.chunk_id
 JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
-WHERE c.collection_id = ? AND cf.status = 'completed' AND {{condition}}
+WHERE c.collection_id = ? AND cf.status = 'completed' AND {condition}
 ORDER BY fts.rank, fts.chunk_id
 LIMIT ?
 """
@@ -108,23 +101,21 @@ def fts_query(
     return " OR ".join(terms) if terms else None
 
 
-def document_counts(conn: apsw.Connection, words: Sequence[str]) -> list[int]:
-    """How many chunks (of the whole database) hold each word; a word of several tokens
-    counts as its rarest token, and one of no tokens as 0."""
-    conn.execute(_VOCABULARY)
-    tokenize = conn.fts5_tokenizer(*TOKENIZER)
+def document_counts(conn: apsw.Connection, key: int, words: Sequence[str]) -> list[int]:
+    """How many chunks of the collection hold each word; a word of several tokens counts as
+    its rarest token, and one of no tokens as 0."""
+    vocab = f"{fulltext.table(key)}_vocab"
+    conn.execute(_VOCABULARY.format(vocab=vocab, table=fulltext.table(key)))
+    tokenize = conn.fts5_tokenizer(*fulltext.TOKENIZER)
     counts = []
     for word in words:
         # Each token as (start, end, token, *colocated synonyms).
         produced = cast(
             list[tuple[object, ...]], tokenize(word.encode(), apsw.FTS5_TOKENIZE_QUERY, None)
         )
-        tokens = [cast(str, item[2]) for item in produced]
         found = [
-            conn.execute(
-                "SELECT doc FROM temp.chunks_fts_vocab WHERE term = ?", (token,)
-            ).fetchone()
-            for token in tokens
+            conn.execute(f"SELECT doc FROM temp.{vocab} WHERE term = ?", (item[2],)).fetchone()
+            for item in produced
         ]
         counts.append(min((int(row[0]) if row else 0 for row in found), default=0))
     return counts
@@ -136,11 +127,6 @@ def score_from_bm25(rank: float, best: float) -> float:
     if best >= 0.0:
         return 1.0
     return min(1.0, max(0.0, rank / best))
-
-
-def collection_query(key: int, query: str) -> str:
-    """`query` (fts_query's) restricted to the collection with this key."""
-    return f'collection_id : "{key:d}" AND text : ({query})'
 
 
 def ranked(
@@ -155,15 +141,15 @@ def ranked(
     scored relative to the best of them (score_from_bm25), inside the caller's read
     transaction. With a compiled filter `condition`, only chunks of files whose attributes
     match compete."""
-    query = fts_query(text, lambda words: document_counts(conn, words))
+    query = fts_query(text, lambda words: document_counts(conn, key, words))
     if query is None:
         return []
-    match = collection_query(key, query)
+    table = fulltext.table(key)
     if condition is None:
-        rows = conn.execute(_TOP_SQL, (match, k)).fetchall()
+        rows = conn.execute(_TOP_SQL.format(table=table), (query, k)).fetchall()
     else:
-        sql = _FILTERED_SQL.format(condition=condition[0])
-        rows = conn.execute(sql, [match, key, *condition[1], k]).fetchall()
+        sql = _FILTERED_SQL.format(table=table, condition=condition[0])
+        rows = conn.execute(sql, [query, key, *condition[1], k]).fetchall()
     found = cast(list[tuple[int, float]], rows)
     best = found[0][1] if found else 0.0
     return [(chunk_key, score_from_bm25(rank, best)) for chunk_key, rank in found]
