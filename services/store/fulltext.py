@@ -19,10 +19,8 @@ from collections.abc import Sequence
 
 import apsw
 
-# The tokenizer of every full-text table (English stemming, case- and accent-insensitive),
-# and the same for the tokenizer API (lexical.document_counts).
+# The tokenizer of every full-text table: English stemming, case- and accent-insensitive.
 TOKENIZE = "porter unicode61 remove_diacritics 2"
-TOKENIZER = ("porter", ["unicode61", "remove_diacritics", "2"])
 
 
 def table(key: int) -> str:
