@@ -45,7 +45,9 @@ ORDER BY rank, rowid LIMIT ?
 """
 
 # With an attribute filter: FTS5 first, materialized, so the planner cannot turn the join
-# around and run a full-text query per chunk; then the filter over each match's file.
+# around and run a full-text query per chunk; then the filter over each match's file. (The
+# table holds this collection's chunks only: a collection_id term would make SQLite walk
+# every chunk of the collection instead of looking the matches up.)
 _FILTERED_SQL = """
 WITH fts AS MATERIALIZED (
     SELECT rowid AS chunk_id, bm25({table}) AS rank FROM {table} WHERE {table} MATCH ?
@@ -54,7 +56,7 @@ SELECT fts.chunk_id, fts.rank
 FROM fts
 JOIN chunks AS c ON c.id = fts.chunk_id
 JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
-WHERE c.collection_id = ? AND cf.status = 'completed' AND {condition}
+WHERE cf.status = 'completed' AND {condition}
 ORDER BY fts.rank, fts.chunk_id
 LIMIT ?
 """
@@ -120,7 +122,7 @@ def ranked(
         rows = conn.execute(_TOP_SQL.format(table=table), (query, k)).fetchall()
     else:
         sql = _FILTERED_SQL.format(table=table, condition=condition[0])
-        rows = conn.execute(sql, [query, key, *condition[1], k]).fetchall()
+        rows = conn.execute(sql, [query, *condition[1], k]).fetchall()
     found = cast(list[tuple[int, float]], rows)
     best = found[0][1] if found else 0.0
     return [(chunk_key, score_from_bm25(rank, best)) for chunk_key, rank in found]
