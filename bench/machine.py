@@ -73,7 +73,8 @@ def summary(machine: dict[str, Any]) -> str:
         f"{machine['os']}; Python {machine['python']}, SQLite {machine['sqlite']}, "
         f"llama-cpp-python {packages['llama-cpp-python']}, sqlite-vec {packages['sqlite-vec']}, "
         f"numpy {packages['numpy']}; {threads['embedding_engines']} threads per embedding "
-        f"engine, OMP_WAIT_POLICY {threads['OMP_WAIT_POLICY']}; load average "
+        f"engine, OMP_WAIT_POLICY {threads['OMP_WAIT_POLICY']}, GOMP_SPINCOUNT "
+        f"{threads['GOMP_SPINCOUNT']}; load average "
         f"{machine['load_average_at_start']} at start, "
         f"{machine.get('load_average_at_end', '?')} at end"
     )

@@ -16,12 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-# ggml's OpenMP threads spin at each of a forward pass's hundreds of barriers unless told
-# otherwise, holding a core that the store, the gateway or another replica needs: one-text
-# requests ran ~10x slower on a contended host. Passive waiting cost ~20% on one-text requests
-# on an idle host and sped up batches (BENCHMARKS.md). libgomp reads this when it loads, i.e.
-# at the llama_cpp import below; an operator's own setting wins.
+# ggml's OpenMP threads meet at each of a forward pass's hundreds of barriers. By default
+# libgomp spins 300k rounds there and between passes, holding a core that the store, the
+# gateway or another replica needs (one-text requests ran ~10x slower on a contended host);
+# PASSIVE alone puts a thread to sleep at every barrier, which made a 2-thread query pass 4x
+# slower (9.4 vs 2.2 ms) and batches ~10% slower. PASSIVE with 1,000 rounds of spinning first:
+# barriers are crossed awake, and an idle embedder uses no CPU (measured: 0.000 s over 2 s).
+# libgomp reads these when it loads, i.e. at the llama_cpp import below; an operator's own
+# settings win.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 import llama_cpp
 import numpy as np
