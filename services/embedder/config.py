@@ -22,8 +22,9 @@ RAGD_EMBEDDER_QUEUE_TOKENS  queued tokens beyond which Embed answers RESOURCE_EX
                             (default 65536, some 10-30 s of work on 2 cores).
 RAGD_EMBEDDER_INTERACTIVE_THREADS  llama.cpp threads of the interactive lane, a second model
                             context for small PRIORITY_INTERACTIVE requests (search queries),
-                            which then never wait behind ingest passes (default 2, at most the
-                            CPUs; 0: no lane, such requests just go first in the bulk queue).
+                            which then never wait behind ingest passes (default 2, at most
+                            RAGD_EMBEDDER_THREADS; 0: no lane, such requests just go first in
+                            the bulk queue).
 RAGD_EMBEDDER_BULK_NICE     with the interactive lane, the nice value of the bulk lane's
                             threads (default 19): the CPU goes to a search's pass first.
 RAGD_EMBEDDER_INTERACTIVE_TOKENS  largest request (tokens) the interactive lane takes
@@ -103,6 +104,7 @@ class EmbedderConfig:
         policy = env.str("EMBEDDER_TRUNCATE", "reject").lower()
         if policy not in _POLICIES:
             raise ConfigError(f"RAGD_EMBEDDER_TRUNCATE must be reject or truncate, got {policy!r}")
+        threads = env.int("EMBEDDER_THREADS", os.cpu_count() or cls.threads, minimum=1)
         config = cls(
             listen=env.str("EMBEDDER_LISTEN", cls.listen),
             model_path=Path(env.str("MODEL_PATH", str(cls.model_path))),
@@ -113,16 +115,14 @@ class EmbedderConfig:
                 if env.optional("MODEL_MAX_TOKENS")
                 else None
             ),
-            threads=env.int("EMBEDDER_THREADS", os.cpu_count() or cls.threads, minimum=1),
+            threads=threads,
             truncate=policy == "truncate",
             batch_tokens=env.int("EMBEDDER_BATCH_TOKENS", cls.batch_tokens, minimum=1),
             batch_inputs=env.int("EMBEDDER_BATCH_INPUTS", cls.batch_inputs, minimum=1),
             max_wait_ms=_duration(env, "EMBEDDER_MAX_WAIT_MS", cls.max_wait_ms),
             queue_tokens=env.int("EMBEDDER_QUEUE_TOKENS", cls.queue_tokens, minimum=1),
             interactive_threads=env.int(
-                "EMBEDDER_INTERACTIVE_THREADS",
-                min(cls.interactive_threads, os.cpu_count() or 1),
-                minimum=0,
+                "EMBEDDER_INTERACTIVE_THREADS", min(cls.interactive_threads, threads), minimum=0
             ),
             interactive_tokens=env.int(
                 "EMBEDDER_INTERACTIVE_TOKENS", cls.interactive_tokens, minimum=1
