@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import platform
 import sys
 from enum import IntEnum
 from pathlib import Path
@@ -26,6 +27,7 @@ from services.client.chat import ChatClient
 from services.client.errors import ClientError, Conflict, NotFound, Unauthenticated, Unreachable
 from services.client.ingest import IngestClient
 from services.client.rest import DEFAULT_URL, RestClient
+from services.common.versions import ragd_version
 from services.common.vocabulary import SEARCH_MODES
 
 
@@ -120,6 +122,14 @@ name_option = click.option(
     "port 50053].",
 )
 @click.option("--api-key", envvar="RAGD_API_KEY", help="API key [env RAGD_API_KEY].")
+@click.version_option(
+    ragd_version(),
+    "-V",
+    "--version",
+    prog_name="ragd",
+    message=f"%(prog)s %(version)s (Python {platform.python_version()}); "
+    "`ragd version` asks the server",
+)
 @click.pass_context
 def cli(ctx: click.Context, url: str, ingest_target: str | None, api_key: str | None) -> None:
     """ragd: a self-hosted retrieval service, from the command line."""
@@ -405,6 +415,27 @@ def chat(
             chat_session.once(session, question, as_json)
         else:
             chat_session.interactive(session)
+
+
+@cli.command("version")
+@json_option
+@click.pass_obj
+def version_command(settings: Settings, as_json: bool) -> None:
+    """The versions every service of the stack runs, and its model."""
+    with settings.rest() as rest:
+        try:
+            versions = rest.versions()
+        except NotFound:
+            raise ClientError("this gateway has no /version route: an older ragd?") from None
+    if as_json:
+        _print_json(versions)
+        return
+    out.print(f"ragd {ragd_version()} (this command), gateway {versions.get('version')}")
+    rows = [("gateway", versions.get("gateway", {})), ("store", versions.get("store", {}))]
+    rows += [("embedder", embedder) for embedder in versions.get("embedders", [])]
+    for service, parts in rows:
+        text = ", ".join(f"{key} {value}" for key, value in parts.items() if value != "")
+        out.print(f"[bold]{service}[/]: {escape(text)}")
 
 
 @cli.group()

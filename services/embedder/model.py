@@ -47,6 +47,8 @@ _POOLING_NAMES = {
 }
 POOLINGS = {name: kind for kind, name in _POOLING_NAMES.items()}
 # Written by ragd-model (services/embedder/convert.py): the reference's truncation length.
+# Where the weights came from, as ragd-model and llama.cpp's converters record it.
+_KEY_SOURCE_URL = "general.source.url"
 _KEY_MAX_INPUT_TOKENS = "ragd.max_input_tokens"
 
 
@@ -177,6 +179,8 @@ class EmbeddingModel:
             max_batch_inputs=max_inputs,
             # What tokenizing nothing yields is what every text gets added.
             special_tokens=len(self._llm.tokenize(b"", add_bos=True, special=False)),
+            source=metadata.get(_KEY_SOURCE_URL) or path.name,
+            versions={"llama_cpp_python": llama_cpp.__version__},
         )
 
     def _tail(self) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import numpy as np
@@ -96,6 +97,7 @@ class UpstreamModel:
             max_batch_inputs=settings.batch_inputs,
             tokenizer=self.tokenizer,
             backend="openai",
+            source=without_credentials(base),
         )
 
     def where(self) -> str:
@@ -266,3 +268,12 @@ def _text(sequence: Sequence[int]) -> str:
     if not isinstance(text, str):
         raise TypeError("an upstream model embeds prepared inputs (Tokens), not bare ids")
     return text
+
+
+def without_credentials(url: str) -> str:
+    """The URL as /version may show it: any user:password@ dropped."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host))

@@ -13,6 +13,7 @@ import grpc
 
 from services.common.grpc_server import Context
 from services.common.vectors import FloatMatrix, to_bytes
+from services.common.versions import process_versions
 from services.embedder.backend import Backend
 from services.embedder.batcher import Batcher, QueueFull
 from services.embedder.errors import EmbedderError, InputTooLong, InvalidInput, UpstreamError
@@ -180,6 +181,8 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
             special_tokens=info.special_tokens,
             tokenizer=info.tokenizer,
             backend=info.backend,
+            versions=process_versions() | info.versions,
+            model_source=info.source,
         )
 
     async def Stats(self, request: pb.StatsRequest, context: Context) -> pb.StatsResponse:

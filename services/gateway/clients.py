@@ -13,7 +13,7 @@ import logging
 import re
 import socket
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -269,6 +269,10 @@ class ModelInfo:
     digest: str
     # Tokens the model adds to every text ([CLS] and [SEP] for BERT).
     special_tokens: int
+    # "llama.cpp" or "openai"; where the weights came from; the embedder's software.
+    backend: str = ""
+    source: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -312,6 +316,9 @@ class EmbedderClient:
                 normalized=reply.normalized,
                 digest=reply.model_digest,
                 special_tokens=reply.special_tokens,
+                backend=reply.backend,
+                source=reply.model_source,
+                versions=dict(reply.versions),
             )
         return self._info
 

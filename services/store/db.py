@@ -69,6 +69,14 @@ def vectors_error() -> str:
     return _vectors.error
 
 
+def library_versions(conn: apsw.Connection) -> dict[str, str]:
+    """SQLite, apsw and (when loaded) sqlite-vec, as this connection runs them."""
+    versions = {"sqlite": apsw.sqlite_lib_version(), "apsw": apsw.apsw_version()}
+    if _vectors.loaded:
+        versions["sqlite_vec"] = str(conn.execute("SELECT vec_version()").get).lstrip("v")
+    return versions
+
+
 def load_vectors(conn: apsw.Connection) -> None:
     """Loads sqlite-vec into the connection; the first failure makes the process lexical-only
     (logged once), and every later connection skips it alike."""

@@ -330,6 +330,8 @@ class StoreStatus:
     models: list[ModelUse] = field(default_factory=list)
     # Why sqlite-vec could not be loaded; "" when it was. Set: the store is lexical-only.
     vector_index_error: str = ""
+    # "ragd", "python", "sqlite", "apsw", "sqlite_vec" -> version.
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import apsw
 import numpy as np
 import numpy.typing as npt
 
+from services.common.versions import process_versions
 from services.common.vocabulary import LEXICAL, VECTOR
 from services.store import (
     attachments,
@@ -37,7 +38,13 @@ from services.store import (
     search,
     vector_index,
 )
-from services.store.db import ThreadConnections, atomic, vectors_available, vectors_error
+from services.store.db import (
+    ThreadConnections,
+    atomic,
+    library_versions,
+    vectors_available,
+    vectors_error,
+)
 from services.store.disk import DiskWatch
 from services.store.errors import MaintenanceRunning
 from services.store.records import (
@@ -580,6 +587,7 @@ class Repository:
             storage_full=self.disk.full,
             models=catalog.models_in_use(self._conn(), served),
             vector_index_error="" if self.vectors else vectors_error(),
+            versions=process_versions() | library_versions(self._conn()),
         )
 
     @contextmanager

@@ -285,6 +285,7 @@ def status_message(status: StoreStatus) -> pb.StoreStatus:
             for use in status.models
         ],
         vector_index_error=status.vector_index_error,
+        versions=status.versions,
     )
 
 

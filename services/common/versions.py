@@ -1,0 +1,27 @@
+"""What each process reports of its own software (`GET /version`, `ragd --version`)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+
+
+def ragd_version() -> str:
+    try:
+        return importlib.metadata.version("ragd")
+    except importlib.metadata.PackageNotFoundError:
+        # Run from a source tree that was never installed.
+        return "unknown"
+
+
+def package_version(name: str) -> str:
+    """An installed distribution's version, or "" when it is absent."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def process_versions() -> dict[str, str]:
+    """ragd and the Python running it; each service adds what it links."""
+    return {"ragd": ragd_version(), "python": platform.python_version()}
