@@ -174,6 +174,13 @@ class Stack:
 
     def _asked(self, name: str) -> dict[str, str]:
         """The addresses a child is configured to listen on, by kind."""
+        asked = self._asked_services(name)
+        metrics = {**self.env, **self.child_env.get(name, {})}.get("RAGD_METRICS_LISTEN")
+        if metrics:
+            asked["metrics"] = metrics
+        return asked
+
+    def _asked_services(self, name: str) -> dict[str, str]:
         if name == "gateway":
             host = self.env.get("RAGD_HOST", "127.0.0.1")
             asked = {"http": f"{host}:{self.env.get('RAGD_PORT', '8000')}"}
@@ -211,6 +218,10 @@ class Stack:
         """The gateway's gRPC bulk-ingest address ("off" when RAGD_INGEST_LISTEN is)."""
         return self._addresses("gateway").get("ingest", "off")
 
+    def metrics_url(self, name: str) -> str:
+        """A child's /metrics endpoint of its own (RAGD_METRICS_LISTEN)."""
+        return f"http://{self._addresses(name)['metrics']}/metrics"
+
     def _log(self, name: str) -> Path | None:
         return self.log_dir / f"{name}.log" if self.log_dir else None
 
@@ -220,6 +231,12 @@ class Stack:
         return self._ports_dir / f"{name}.json"
 
     def _child_env(self, name: str) -> dict[str, str]:
+        addresses = self._addresses(name)
+        if "metrics" in addresses:
+            return {**self._service_env(name), "RAGD_METRICS_LISTEN": addresses["metrics"]}
+        return self._service_env(name)
+
+    def _service_env(self, name: str) -> dict[str, str]:
         addresses = self._addresses(name)
         if name == "gateway":
             env = {**self.env, "RAGD_PORT": _port(addresses["http"])}

@@ -146,11 +146,13 @@ def test_only_the_gateway_reaches_the_store_and_embedders_with_the_token(
         policy = manifests["NetworkPolicy", name]["spec"]
         assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": name}
         assert policy["policyTypes"] == ["Ingress"]
-        (rule,) = policy["ingress"]
+        rule, metrics = policy["ingress"]
         assert rule["from"] == [
             {"podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}}}
         ]
         assert rule["ports"] == [{"protocol": "TCP", "port": port}]
+        # Anyone may scrape /metrics, and nothing else.
+        assert metrics == {"ports": [{"protocol": "TCP", "port": 9100}]}
     for kind, name in (
         ("StatefulSet", "store"),
         ("Deployment", "embedder"),
@@ -240,7 +242,22 @@ def test_gateway_targets_and_ports_match_compose(
     # The API key is optional: an absent secret means no authentication.
     assert env["RAGD_API_KEYS"]["secretKeyRef"]["optional"] is True
     service_ports = {p["name"]: p["port"] for p in manifests["Service", "gateway"]["spec"]["ports"]}
-    assert service_ports == {"http": 8000, "grpc-ingest": 50053}
+    assert service_ports == {"http": 8000, "grpc-ingest": 50053, "metrics": 9100}
+
+
+def test_every_pod_serves_metrics_on_an_annotated_named_port(
+    manifests: dict[tuple[str, str], Manifest],
+) -> None:
+    for kind, name in (
+        ("StatefulSet", "store"),
+        ("Deployment", "embedder"),
+        ("Deployment", "gateway"),
+    ):
+        template = manifests[kind, name]["spec"]["template"]
+        assert template["metadata"]["annotations"]["prometheus.io/port"] == "9100", name
+        ports = {p["name"]: p["containerPort"] for p in _container(manifests, kind, name)["ports"]}
+        assert ports["metrics"] == 9100, name
+    assert manifests["ConfigMap", "ragd-config"]["data"]["RAGD_METRICS_LISTEN"] == "0.0.0.0:9100"
 
 
 def test_images_are_the_ones_compose_builds(

@@ -1,4 +1,4 @@
-"""Server plumbing shared by the gRPC services: health, logging, graceful shutdown."""
+"""Server plumbing shared by the gRPC services: health and graceful shutdown."""
 
 from __future__ import annotations
 
@@ -41,13 +41,6 @@ async def set_serving(
     )
     for name in ["", *service_names]:
         await servicer.set(name, status)
-
-
-def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
 
 
 async def serve_until_signalled(

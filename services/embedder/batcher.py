@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from services.common.vectors import FloatMatrix
+from services.embedder import metrics
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +120,16 @@ class _Job:
 class Batcher:
     """Coalesces concurrent `embed` calls into passes of `forward`. Use from one event loop."""
 
-    def __init__(self, forward: Forward, limits: BatchLimits, dimensions: int) -> None:
+    def __init__(
+        self, forward: Forward, limits: BatchLimits, dimensions: int, lane: str = "bulk"
+    ) -> None:
         if limits.max_tokens < 1 or limits.max_inputs < 1:
             raise ValueError("a pass must hold at least one input of one token")
         self.limits = limits
+        self.lane = lane
+        self._pass_seconds = metrics.PASS_DURATION.labels(lane)
+        self._pass_inputs = metrics.BATCH_SIZE.labels(lane)
+        self._pass_tokens = metrics.BATCH_TOKENS.labels(lane)
         self.stats = BatcherStats()
         self._forward = forward
         self._dimensions = dimensions
@@ -264,9 +271,13 @@ class Batcher:
                 self._fail(job, error)
             return
         finally:
-            self.stats.busy_seconds += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.stats.busy_seconds += elapsed
         self._in_pass = []
         self.stats.batches += 1
+        self._pass_seconds.observe(elapsed)
+        self._pass_inputs.observe(len(batch))
+        self._pass_tokens.observe(sum(job.lengths[index] for job, index in batch))
         for (job, index), vector in zip(batch, vectors, strict=True):
             self.stats.inputs += 1
             self.stats.tokens += job.lengths[index]

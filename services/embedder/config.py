@@ -90,6 +90,8 @@ class EmbedderConfig:
     drain_seconds: float = 1.0
     max_connection_age: float = 300.0
     log_level: str = "INFO"
+    # host:port of the Prometheus /metrics endpoint (port 0: any free one); unset: none.
+    metrics_listen: str | None = None
     # Callers must send this token (RAGD_SERVICE_TOKEN[_FILE]); None: no authentication.
     service_token: str | None = None
     # Serve TLS (RAGD_TLS_CERT/KEY), requiring client certificates of RAGD_TLS_CA if set.
@@ -133,6 +135,7 @@ class EmbedderConfig:
                 env, "EMBEDDER_MAX_CONNECTION_AGE", cls.max_connection_age
             ),
             log_level=env.str("LOG_LEVEL", cls.log_level),
+            metrics_listen=env.optional("METRICS_LISTEN"),
             service_token=service_token(env),
             tls=TlsFiles.from_env(env),
             upstream=_upstream(env),

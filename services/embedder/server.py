@@ -23,14 +23,16 @@ from services.common.grpc_server import (
     add_health,
     serve_until_signalled,
     set_serving,
-    setup_logging,
 )
+from services.common.logs import setup_logging
+from services.common.metrics import MetricsInterceptor, serve_metrics
 from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
 from services.common.vectors import FloatMatrix
 from services.embedder.batcher import Batcher, BatchLimits
 from services.embedder.config import EmbedderConfig
 from services.embedder.errors import ModelLoadError
+from services.embedder.metrics import watch
 from services.embedder.remote import UpstreamModel, UpstreamSettings
 from services.embedder.servicer import EmbedderServicer
 from services.pb import embedder_pb2, embedder_pb2_grpc
@@ -84,6 +86,7 @@ class _Running:
     port: int
     health: health.aio.HealthServicer
     limits: BatchLimits
+    lanes: list[Lane]
 
 
 def replica_id() -> str:
@@ -210,6 +213,7 @@ async def _open_lane(
             max_queued_tokens=queue_tokens,
         ),
         model.info.dimensions,
+        lane="interactive" if name == "interactive" else "bulk",
     )
     return Lane(model, executor, batcher, owned)
 
@@ -252,7 +256,10 @@ async def _start(
             # gateway on dns:///embedder:50051 finds replicas added after it started. Calls in
             # flight finish first (the grace period is unlimited).
             options.append(("grpc.max_connection_age_ms", int(config.max_connection_age * 1000)))
-        server = grpc.aio.server(interceptors=service_auth(config.service_token), options=options)
+        server = grpc.aio.server(
+            interceptors=[MetricsInterceptor(), *service_auth(config.service_token)],
+            options=options,
+        )
         embedder_pb2_grpc.add_EmbedderServicer_to_server(
             EmbedderServicer(
                 bulk.model,
@@ -285,7 +292,7 @@ async def _start(
     _releasers.add(releaser)
     releaser.add_done_callback(_releasers.discard)
     await set_serving(health_servicer, [SERVICE_NAME], True)
-    return _Running(server, port, health_servicer, bulk.batcher.limits)
+    return _Running(server, port, health_servicer, bulk.batcher.limits, lanes)
 
 
 async def _release_when_terminated(
@@ -315,8 +322,13 @@ async def _serve(config: EmbedderConfig, ports_file: Path | None) -> None:
         limits.max_queued_tokens,
         limits.max_wait * 1000,
     )
+    ports = {"grpc": running.port}
+    if config.metrics_listen is not None:
+        watch({lane.batcher.lane: lane.batcher for lane in running.lanes})
+        ports["metrics"] = serve_metrics(config.metrics_listen)
+        log.info("metrics on %s (port %d)", config.metrics_listen, ports["metrics"])
     if ports_file is not None:
-        write_ports(ports_file, {"grpc": running.port})
+        write_ports(ports_file, ports)
 
     async def drain() -> None:
         # Health-checking clients (the gateway) stop picking this replica within
@@ -334,7 +346,7 @@ def main() -> None:
         ports_file = ports_file_from_env()
     except ConfigError as error:
         raise SystemExit(f"ragd-embedder: {error}") from None
-    setup_logging(config.log_level)
+    setup_logging(config.log_level, "embedder")
     try:
         asyncio.run(_serve(config, ports_file))
     except (ModelLoadError, OSError) as error:

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Route
 
 from services.gateway import ingest_server
 from services.gateway.attach import Attacher
@@ -21,6 +20,8 @@ from services.gateway.embed_cache import EmbeddingCache
 from services.gateway.embedders import Embedders
 from services.gateway.history_index import HistoryIndexer
 from services.gateway.http_errors import EXCEPTION_HANDLERS
+from services.gateway.metrics import HttpMetrics, metrics
+from services.gateway.metrics import TemplatedRoute as Route
 from services.gateway.openapi import openapi
 from services.gateway.routes import (
     admin,
@@ -33,6 +34,7 @@ from services.gateway.routes import (
     responses,
     vector_store_files,
     vector_stores,
+    version,
 )
 from services.gateway.state import Services
 from services.gateway.worker import IngestWorkers, WorkerSettings
@@ -45,6 +47,8 @@ RESP = "/v1/responses/{response_id}"
 ROUTES = [
     Route("/health", health.health, methods=["GET"]),
     Route("/ready", health.ready, methods=["GET"]),
+    Route("/version", version.version, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
     Route("/admin/backup", admin.backup, methods=["POST"]),
     Route("/admin/vacuum", admin.vacuum, methods=["POST"]),
@@ -163,7 +167,10 @@ def create_app(config: GatewayConfig) -> Starlette:
 
     app = Starlette(
         routes=ROUTES,
-        middleware=[Middleware(ApiKeyMiddleware, keys=config.api_keys)],
+        middleware=[
+            Middleware(HttpMetrics),
+            Middleware(ApiKeyMiddleware, keys=config.api_keys),
+        ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

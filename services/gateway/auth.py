@@ -9,7 +9,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from services.gateway.errors import Unauthenticated
 from services.gateway.http_errors import response
 
-PROTECTED = ("/v1", "/admin")
+# /metrics too: its figures name vector stores' activity and the load on the service.
+PROTECTED = ("/v1", "/admin", "/metrics")
 
 
 class ApiKeyMiddleware:

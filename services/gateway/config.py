@@ -46,6 +46,11 @@ class GatewayConfig:
     # Accepted-but-unfinished documents one ingest stream may hold before it stops reading.
     ingest_window: int = 64
     log_level: str = "INFO"
+    # host:port of a second, unauthenticated /metrics endpoint (port 0: any free one); unset:
+    # /metrics on the REST port only.
+    metrics_listen: str | None = None
+    # openai-poll-after-ms on objects clients poll (a file's or a batch's ingest).
+    poll_after_ms: int = 500
     # Ask the store for vectors of texts already embedded with this exact model before
     # embedding them while ingesting.
     embed_cache: bool = True
@@ -85,6 +90,8 @@ class GatewayConfig:
             ingest_listen=env.str("INGEST_LISTEN", cls.ingest_listen),
             ingest_window=env.int("INGEST_WINDOW", cls.ingest_window, minimum=1),
             log_level=env.str("LOG_LEVEL", cls.log_level),
+            metrics_listen=env.optional("METRICS_LISTEN"),
+            poll_after_ms=env.int("POLL_AFTER_MS", cls.poll_after_ms, minimum=1),
             embed_cache=env.bool("EMBED_CACHE", cls.embed_cache),
             service_token=service_token(env),
             tls=TlsFiles.from_env(env),

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from services.common import vocabulary as v
+from services.gateway.metrics import metrics
 from services.gateway.routes import (
     admin,
     chat,
@@ -29,6 +30,7 @@ from services.gateway.routes import (
     responses,
     vector_store_files,
     vector_stores,
+    version,
 )
 from services.gateway.schemas import SCHEMAS, Schema, ref
 from services.gateway.schemas_chat import CHAT_SCHEMAS
@@ -81,6 +83,8 @@ class Operation:
 
 OPERATIONS: dict[Endpoint, Operation] = {
     health.health: Operation("Liveness: the gateway process is up", "Health"),
+    version.version: Operation("Versions of every service of the stack and its models", "Version"),
+    metrics: Operation("Prometheus metrics (text exposition format)"),
     health.ready: Operation(
         "Readiness of the embedder and the store (503 until both)", "Readiness"
     ),
@@ -242,6 +246,8 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
         success["content"] = _content(spec.response)
     elif endpoint is files.file_content:
         success["content"] = {"application/octet-stream": {"schema": {"type": "string"}}}
+    elif endpoint is metrics:
+        success["content"] = {"text/plain": {"schema": {"type": "string"}}}
     if spec.events:
         success["content"]["text/event-stream"] = {"schema": {"type": "string"}}
     operation: Schema = {

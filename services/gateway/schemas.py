@@ -104,6 +104,22 @@ SCHEMAS: dict[str, Schema] = {
         ),
     ),
     "Health": obj(["status"], status={"const": "ok"}),
+    "Version": obj(
+        ["version", "gateway", "store", "embedders"],
+        version=STRING,
+        gateway={"type": "object", "additionalProperties": STRING},
+        store={
+            "description": "component -> version, schema_version; or {error} when the store "
+            "does not answer",
+            "type": "object",
+        },
+        embedders={
+            "description": "one per model: its embedder's software, backend, model, "
+            "model_digest and model_source; or {error}",
+            "type": "array",
+            "items": {"type": "object"},
+        },
+    ),
     "Disk": obj(
         ["free_bytes", "total_bytes", "full"],
         free_bytes=COUNT,

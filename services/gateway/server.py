@@ -12,7 +12,8 @@ import uvicorn
 from starlette.applications import Starlette
 from uvicorn.config import STARTUP_FAILURE
 
-from services.common.grpc_server import setup_logging
+from services.common.logs import setup_logging
+from services.common.metrics import serve_metrics
 from services.common.ports_file import ports_file_from_env, write_ports
 from services.gateway.app import create_app
 from services.gateway.config import GatewayConfig
@@ -44,6 +45,9 @@ def _bound_ports(app: Starlette, http_port: int) -> dict[str, int]:
     ingest_port: int | None = getattr(app.state, "ingest_port", None)
     if ingest_port is not None:
         ports["ingest"] = ingest_port
+    metrics_port: int | None = getattr(app.state, "metrics_port", None)
+    if metrics_port is not None:
+        ports["metrics"] = metrics_port
     return ports
 
 
@@ -54,18 +58,22 @@ def main() -> None:
     sys.setswitchinterval(0.0005)
     config = GatewayConfig.from_env()
     ports_file = ports_file_from_env()
-    setup_logging(config.log_level)
+    setup_logging(config.log_level, "gateway")
     app = create_app(config)
     server_config = uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
         log_level=config.log_level.lower(),
+        # uvicorn's records go to the root handler setup_logging made (text or JSON).
+        log_config=None,
         access_log=False,
         timeout_graceful_shutdown=10,
     )
 
     def started(port: int) -> None:
+        if config.metrics_listen is not None:
+            app.state.metrics_port = serve_metrics(config.metrics_listen)
         log.info(
             "gateway on http://%s:%d (embedder %s, store %s)",
             config.host,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.common.vectors import to_bytes
-from services.gateway import errors, ingest
+from services.gateway import errors, ingest, metrics
 from services.gateway.audit import AuditLog
 from services.gateway.clients import Store
 from services.gateway.embed_cache import EmbeddingCache
@@ -28,6 +28,12 @@ from services.gateway.parsing import InvalidFile, UnsupportedFile, extract_text
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
+
+# The outcomes the audit log words for people, as metric labels.
+_OUTCOMES = {
+    "completed lexically (vectors pending)": "completed_lexically",
+    "waiting for disk space": "waiting_for_disk",
+}
 
 # Told about every file whose job this process completed or failed (its new row).
 Listener = Callable[[store_pb2.CollectionFile], None]
@@ -191,6 +197,7 @@ class IngestWorkers:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
+            metrics.ingested(_OUTCOMES.get(outcome, outcome), time.monotonic() - started, chunks)
             if self._audit is not None:
                 self._audit.record(
                     "ingest",

@@ -17,6 +17,10 @@ class StoreConfig:
     # Worker threads for database calls, each with its own connection.
     threads: int = 4
     log_level: str = "INFO"
+    # host:port of the Prometheus /metrics endpoint (port 0: any free one); unset: none.
+    metrics_listen: str | None = None
+    # Seconds between refreshes of the figures /metrics shows (vector stores, chunks, bytes).
+    metrics_refresh_seconds: float = 10.0
     # Where backups are written; None means `backups/` beside the database.
     backup_dir: Path | None = None
     # Backups kept (the newest; 0 keeps all), and the free space a backup must leave behind.
@@ -48,6 +52,10 @@ class StoreConfig:
             db_path=Path(env.str("DB_PATH", str(cls.db_path))),
             threads=env.int("STORE_THREADS", cls.threads, minimum=1),
             log_level=env.str("LOG_LEVEL", cls.log_level),
+            metrics_listen=env.optional("METRICS_LISTEN"),
+            metrics_refresh_seconds=env.float(
+                "METRICS_REFRESH_SECONDS", cls.metrics_refresh_seconds
+            ),
             backup_dir=Path(backups) if (backups := env.optional("BACKUP_DIR")) else None,
             backup_keep=env.int("BACKUP_KEEP", cls.backup_keep, minimum=0),
             backup_reserve_mb=env.int("BACKUP_RESERVE_MB", cls.backup_reserve_mb, minimum=0),

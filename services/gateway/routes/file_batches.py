@@ -14,7 +14,7 @@ from services.gateway.clients import ModelInfo
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
 from services.gateway.params import attributes, json_body
-from services.gateway.routes import services
+from services.gateway.routes import poll_headers, services
 from services.pb import store_pb2
 
 
@@ -63,7 +63,7 @@ def _ref(request: Request) -> store_pb2.FileBatchRef:
 
 async def get_batch(request: Request) -> JSONResponse:
     batch = await services(request).store.GetFileBatch(_ref(request))
-    return JSONResponse(objects.file_batch(batch))
+    return JSONResponse(objects.file_batch(batch), headers=poll_headers(request))
 
 
 async def cancel_batch(request: Request) -> JSONResponse:

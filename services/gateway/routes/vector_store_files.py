@@ -17,7 +17,7 @@ from services.gateway.params import (
     paging,
 )
 from services.gateway.parsing import UnsupportedFile, check_supported
-from services.gateway.routes import services
+from services.gateway.routes import poll_headers, services
 from services.gateway.uploads import Upload, form_json, read_upload, text_upload
 from services.pb import store_pb2
 
@@ -80,7 +80,7 @@ async def list_files(request: Request) -> JSONResponse:
 
 async def get_file(request: Request) -> JSONResponse:
     item = await services(request).store.GetCollectionFile(_ref(request))
-    return JSONResponse(objects.vector_store_file(item))
+    return JSONResponse(objects.vector_store_file(item), headers=poll_headers(request))
 
 
 async def update_file(request: Request) -> JSONResponse:

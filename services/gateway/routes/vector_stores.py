@@ -17,7 +17,7 @@ from services.common.vocabulary import (
     RANKERS,
     SEARCH_MODES,
 )
-from services.gateway import objects
+from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
 from services.gateway.attributes import attributes_python
 from services.gateway.errors import invalid
@@ -200,10 +200,12 @@ async def search_vector_store(request: Request) -> JSONResponse:
         }
         for hit in found.hits
     ]
+    elapsed = time.perf_counter() - started
+    metrics.searched(found.mode, elapsed, found.degraded)
     deps.audit.record(
         "search",
         asked.store_id,
-        latency_ms=(time.perf_counter() - started) * 1000,
+        latency_ms=elapsed * 1000,
         k=asked.k,
         result_count=len(data),
         degraded=found.degraded,

@@ -16,14 +16,16 @@ from services.common.grpc_server import (
     add_health,
     serve_until_signalled,
     set_serving,
-    setup_logging,
 )
+from services.common.logs import setup_logging
+from services.common.metrics import MetricsInterceptor, serve_metrics
 from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
 from services.pb import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
 from services.store.db import use_sqlite_vec
 from services.store.errors import DatabaseTooNew
+from services.store.metrics import StoreCollector, watch
 from services.store.repository import OperationsSettings, Repository
 from services.store.resident import ResidentSettings
 from services.store.vector_index import IndexSettings
@@ -65,7 +67,8 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
     )
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="store-db")
     server = grpc.aio.server(
-        interceptors=service_auth(config.service_token), options=SERVER_OPTIONS
+        interceptors=[MetricsInterceptor(), *service_auth(config.service_token)],
+        options=SERVER_OPTIONS,
     )
     store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(repository, executor), server)
     health = add_health(server)
@@ -84,10 +87,39 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
         raise
     log.info("database %s at schema version %d", repository.path, version)
     await set_serving(health, [SERVICE_NAME], True)
-    builder = asyncio.create_task(_build_indexes(server, repository, executor))
-    _releasers.add(builder)
-    builder.add_done_callback(_releasers.discard)
+    background = [_build_indexes(server, repository, executor)]
+    if config.metrics_listen is not None:
+        background.append(
+            _refresh_metrics(watch(), server, repository, executor, config.metrics_refresh_seconds)
+        )
+    for coroutine in background:
+        task = asyncio.create_task(coroutine)
+        _releasers.add(task)
+        task.add_done_callback(_releasers.discard)
     return server, port
+
+
+async def _refresh_metrics(
+    collector: StoreCollector,
+    server: grpc.aio.Server,
+    repository: Repository,
+    executor: ThreadPoolExecutor,
+    seconds: float,
+) -> None:
+    """Keeps the figures /metrics shows fresh: the same snapshot as /admin/stats."""
+    loop = asyncio.get_running_loop()
+    terminated = asyncio.ensure_future(server.wait_for_termination())
+    try:
+        while not terminated.done():
+            try:
+                collector.latest = await loop.run_in_executor(executor, repository.stats)
+            except Exception:
+                if terminated.done():
+                    return
+                log.exception("cannot refresh the store's metrics; retrying later")
+            await asyncio.wait({terminated}, timeout=seconds)
+    finally:
+        terminated.cancel()
 
 
 async def _build_indexes(
@@ -127,8 +159,12 @@ async def _serve(config: StoreConfig, ports_file: Path | None) -> None:
     server, port = await create_server(config)
     host = config.listen.rsplit(":", 1)[0]
     log.info("store listening on %s:%d", host, port)
+    ports = {"grpc": port}
+    if config.metrics_listen is not None:
+        ports["metrics"] = serve_metrics(config.metrics_listen)
+        log.info("metrics on %s (port %d)", config.metrics_listen, ports["metrics"])
     if ports_file is not None:
-        write_ports(ports_file, {"grpc": port})
+        write_ports(ports_file, ports)
     await serve_until_signalled(server)
 
 
@@ -138,7 +174,7 @@ def main() -> None:
         ports_file = ports_file_from_env()
     except ConfigError as error:
         raise SystemExit(f"ragd-store: {error}") from None
-    setup_logging(config.log_level)
+    setup_logging(config.log_level, "store")
     # numpy's BLAS starts a thread per core and spins them between calls: a 10k-vector search
     # cost 11.5 ms of CPU for 0.3 ms of work, taken from the embedder and the gateway on the
     # same cores. Searches run one per store thread; one BLAS thread each is enough.
