@@ -9,6 +9,7 @@ import importlib
 import json
 import platform
 import sys
+import time
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -471,6 +472,69 @@ def db_backup(settings: Settings, path: str | None, as_json: bool) -> None:
             f"backup written to [bold]{escape(str(result.get('path')))}[/] "
             f"({written}, {seconds:.1f} s)"
         )
+
+
+@db.command("backups")
+@json_option
+@click.pass_obj
+def db_backups(settings: Settings, as_json: bool) -> None:
+    """List the backups in the store's backup directory, newest first."""
+    with settings.rest() as rest:
+        found = rest.backups()
+    if as_json:
+        _print_json(found)
+        return
+    for info in found:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info["modified_at"])))
+        out.print(f"{escape(str(info['path']))}  {render.size(float(info['bytes']))}  {when}")
+
+
+@db.command("restore")
+@click.argument("path")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
+@click.pass_obj
+def db_restore(settings: Settings, path: str, yes: bool, as_json: bool) -> None:
+    """Replace the database with the backup PATH (as `ragd db backups` lists it).
+
+    The store checks the backup first (integrity, schema version) and keeps a copy of the
+    database it replaces in the backup directory; writes wait while it copies.
+    """
+    if not yes:
+        click.confirm(
+            f"Replace everything the store holds with the backup {path!r}?", abort=True, err=True
+        )
+    with settings.rest() as rest:
+        result = rest.restore(path)
+    if as_json:
+        _print_json(result)
+        return
+    out.print(
+        f"restored [bold]{escape(str(result.get('path')))}[/] "
+        f"({render.size(float(result.get('bytes', 0)))}, schema "
+        f"{result.get('restored_schema_version')} -> {result.get('schema_version')}, "
+        f"{float(result.get('seconds', 0)):.1f} s); the replaced database is kept as "
+        f"{escape(str(result.get('replaced_path')))}"
+    )
+
+
+@db.command("download")
+@click.argument("path")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write it (default: the backup's file name, here).",
+)
+@click.pass_obj
+def db_download(settings: Settings, path: str, output: Path | None) -> None:
+    """Copy the backup PATH from the store's machine to this one, through the gateway."""
+    target = output or Path(path.rsplit("/", 1)[-1])
+    with settings.rest() as rest:
+        written = rest.download_backup(path, target)
+    out.print(
+        f"downloaded {escape(path)} to [bold]{escape(str(target))}[/] ({render.size(written)})"
+    )
 
 
 @db.command("vacuum")

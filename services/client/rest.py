@@ -8,6 +8,7 @@ say what to do.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -95,10 +96,11 @@ class RestClient:
         *,
         json: Any = None,
         params: dict[str, Any] | None = None,
+        timeout: Any = httpx.USE_CLIENT_DEFAULT,
     ) -> Any:
         """The decoded JSON reply; raises a ClientError subclass for every failure."""
         try:
-            reply = self._http.request(method, path, json=json, params=params)
+            reply = self._http.request(method, path, json=json, params=params, timeout=timeout)
         except httpx.TransportError as error:
             raise unreachable(self.base_url, error) from None
         if reply.status_code >= 400:
@@ -213,6 +215,39 @@ class RestClient:
         body = {"path": path} if path else {}
         result: dict[str, Any] = self.request("POST", "/admin/backup", json=body)
         return result
+
+    def restore(self, path: str) -> dict[str, Any]:
+        # As long as the database is large: no client deadline beyond the server's own.
+        result: dict[str, Any] = self.request(
+            "POST", "/admin/restore", json={"path": path}, timeout=None
+        )
+        return result
+
+    def backups(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", "/admin/backups")["data"]
+        return result
+
+    def download_backup(self, path: str, target: Path) -> int:
+        """Writes the backup `path` to `target` (via a temporary file beside it); its bytes."""
+        partial = target.with_name(f".{target.name}.partial")
+        written = 0
+        try:
+            with self._http.stream(
+                "GET", "/admin/backups/content", params={"path": path}, timeout=None
+            ) as reply:
+                if reply.status_code >= 400:
+                    reply.read()
+                    raise error_from(reply, "GET", "/admin/backups/content")
+                with open(partial, "wb") as out:
+                    for piece in reply.iter_bytes():
+                        out.write(piece)
+                        written += len(piece)
+            partial.replace(target)
+        except httpx.TransportError as error:
+            raise unreachable(self.base_url, error) from None
+        finally:
+            partial.unlink(missing_ok=True)
+        return written
 
     def vacuum(self) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", "/admin/vacuum", json={})

@@ -134,7 +134,10 @@ def open_channel(
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
-    interceptors = [_Translate(service, timeout, token)]
+    interceptors: list[grpc.aio.ClientInterceptor] = [
+        _Translate(service, timeout, token),
+        _StreamMetadata(token),
+    ]
     if tls is not None:
         credentials = tls.channel_credentials()
         return grpc.aio.secure_channel(
@@ -242,6 +245,31 @@ class _Translate(grpc.aio.UnaryUnaryClientInterceptor):
             return await call
         except grpc.aio.AioRpcError as error:
             raise from_grpc(error, self._service) from None
+
+
+class _StreamMetadata(grpc.aio.UnaryStreamClientInterceptor):
+    """The service token on server-streaming calls too; their errors surface while reading,
+    where the caller translates them (from_grpc)."""
+
+    def __init__(self, token: str | None) -> None:
+        self._metadata = (bearer_metadata(token),) if token else ()
+
+    async def intercept_unary_stream(
+        self,
+        continuation: Callable[[grpc.aio.ClientCallDetails, Req], Awaitable[Any]],
+        client_call_details: grpc.aio.ClientCallDetails,
+        request: Req,
+    ) -> Any:
+        details = client_call_details
+        if self._metadata:
+            details = grpc.aio.ClientCallDetails(
+                details.method,
+                details.timeout,
+                grpc.aio.Metadata(*(details.metadata or ()), *self._metadata),
+                details.credentials,
+                details.wait_for_ready,
+            )
+        return await continuation(details, request)
 
 
 def store_stub(channel: grpc.aio.Channel) -> Store:

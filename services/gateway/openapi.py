@@ -94,6 +94,16 @@ OPERATIONS: dict[Endpoint, Operation] = {
         "BackupRequest",
         body_required=False,
     ),
+    admin.restore: Operation(
+        "Replace the database with a backup (checked first; the replaced one is kept)",
+        "RestoreResult",
+        "RestoreRequest",
+    ),
+    admin.list_backups: Operation("The backups in the store's backup directory", "BackupList"),
+    admin.download_backup: Operation(
+        "Download a backup's file",
+        query=[_query("path", {"type": "string"}, "the backup's name, as listed")],
+    ),
     admin.vacuum: Operation("Reclaim the space of deleted data", "VacuumResult"),
     admin.stats: Operation("Global and per vector store statistics", "Stats"),
     admin.audit: Operation(
@@ -244,7 +254,7 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
     success: Schema = {"description": "OK"}
     if spec.response:
         success["content"] = _content(spec.response)
-    elif endpoint is files.file_content:
+    elif endpoint in (files.file_content, admin.download_backup):
         success["content"] = {"application/octet-stream": {"schema": {"type": "string"}}}
     elif endpoint is metrics:
         success["content"] = {"text/plain": {"schema": {"type": "string"}}}

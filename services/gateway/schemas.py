@@ -462,6 +462,37 @@ SCHEMAS: dict[str, Schema] = {
         bytes=COUNT,
         seconds=NUMBER,
     ),
+    "RestoreRequest": obj(
+        ["path"],
+        path={
+            "type": "string",
+            "description": "A backup's name inside the store's backup directory, as GET "
+            "/admin/backups lists them.",
+        },
+    ),
+    "RestoreResult": obj(
+        ["path", "replaced_path", "schema_version", "restored_schema_version", "bytes"],
+        path={"type": "string", "description": "the backup restored, on the store's disk"},
+        replaced_path={
+            "type": "string",
+            "description": "the copy of the database the restore replaced",
+        },
+        schema_version=COUNT,
+        restored_schema_version=COUNT,
+        bytes=COUNT,
+        seconds=NUMBER,
+    ),
+    "BackupList": obj(
+        ["object", "data", "has_more"],
+        object={"const": "list"},
+        data={
+            "type": "array",
+            "items": obj(
+                ["path", "bytes", "modified_at"], path=STRING, bytes=COUNT, modified_at=NUMBER
+            ),
+        },
+        has_more=BOOL,
+    ),
     "VacuumResult": obj(
         ["bytes_before", "bytes_after", "seconds", "compacted_vector_stores"],
         bytes_before=COUNT,

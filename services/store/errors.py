@@ -63,6 +63,15 @@ class BackupExists(StoreError):
     """A backup file of that name is already there: backups are never overwritten."""
 
 
+class BackupNotFound(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no backup named {name!r} in the backup directory")
+
+
+class BackupUnusable(StoreError):
+    """The file is not a backup this store can restore; the message says why."""
+
+
 class MaintenanceRunning(StoreError):
     """A backup or vacuum is already running; they run one at a time."""
 

@@ -19,8 +19,20 @@ from services.store.db import (
     load_vectors,
     vectors_available,
 )
-from services.store.errors import BackupExists, InvalidArgument, StorageFull
-from services.store.records import BackupResult, CollectionStats, DatabaseStats, VacuumResult
+from services.store.errors import (
+    BackupExists,
+    BackupNotFound,
+    BackupUnusable,
+    InvalidArgument,
+    StorageFull,
+)
+from services.store.records import (
+    BackupInfo,
+    BackupResult,
+    CollectionStats,
+    DatabaseStats,
+    VacuumResult,
+)
 from services.store.vector_index import vec_table
 
 BACKUP_SUFFIX = ".db"
@@ -123,6 +135,70 @@ def backup(conn: apsw.Connection, *, target: Path) -> BackupResult:
     return BackupResult(
         path=target, bytes=target.stat().st_size, seconds=time.monotonic() - started
     )
+
+
+def existing_backup(backup_dir: Path, name: str) -> Path:
+    """The backup file `name` names inside backup_dir (BackupNotFound if there is none)."""
+    path = resolve_backup_path(backup_dir, name)
+    if not path.is_file():
+        raise BackupNotFound(name)
+    return path
+
+
+def list_backups(backup_dir: Path) -> list[BackupInfo]:
+    """The backups (*.db) under backup_dir, newest first; partial copies are hidden."""
+    if not backup_dir.is_dir():
+        return []
+    root = backup_dir.resolve()
+    found = []
+    for path in root.rglob(f"*{BACKUP_SUFFIX}"):
+        if path.is_file() and not path.name.startswith("."):
+            stat = path.stat()
+            found.append(BackupInfo(str(path.relative_to(root)), stat.st_size, stat.st_mtime))
+    return sorted(found, key=lambda info: info.modified_at, reverse=True)
+
+
+def check_backup(source: Path, latest_schema: int) -> int:
+    """The backup's schema version, once it passed PRAGMA quick_check and looks like a ragd
+    database this build can open (BackupUnusable otherwise)."""
+    try:
+        conn = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.Error as error:
+        raise BackupUnusable(f"{source.name} cannot be opened: {error}") from None
+    try:
+        problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise BackupUnusable(f"{source.name} failed its check: {'; '.join(problems[:3])}")
+        version = _scalar(conn, "PRAGMA user_version")
+        tables = {
+            str(row[0])
+            for row in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
+        }
+    except apsw.Error as error:
+        raise BackupUnusable(f"{source.name} is not a SQLite database: {error}") from None
+    finally:
+        conn.close()
+    if version < 1 or "collections" not in tables:
+        raise BackupUnusable(f"{source.name} is a SQLite database, but not one of ragd's")
+    if version > latest_schema:
+        raise BackupUnusable(
+            f"{source.name} is at schema version {version}, newer than this store's "
+            f"{latest_schema}: restore it with the ragd that made it"
+        )
+    return version
+
+
+def restore(conn: apsw.Connection, *, source: Path) -> None:
+    """Copies a checked backup over the database in one step of the backup API: one write
+    transaction on `conn`, so every other connection sees the old database or the restored
+    one, never a mix, and a crash meanwhile leaves the old one. Writers wait for it (up to the
+    busy timeout); readers keep their snapshot until they start another."""
+    backup_conn = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        with conn.backup("main", backup_conn, "main") as step:
+            step.step(-1)
+    finally:
+        backup_conn.close()
 
 
 def make_directories(root: Path, directory: Path) -> None:

@@ -266,6 +266,26 @@ class BackupResult:
 
 
 @dataclass(frozen=True)
+class RestoreResult:
+    path: Path
+    # The copy of the database the restore replaced.
+    replaced: Path
+    # The backup's schema version, and the database's once migrated forward.
+    restored_schema_version: int
+    schema_version: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class BackupInfo:
+    # Relative to the backup directory.
+    name: str
+    bytes: int
+    modified_at: float
+
+
+@dataclass(frozen=True)
 class VacuumResult:
     bytes_before: int
     bytes_after: int

@@ -34,6 +34,7 @@ from services.store import (
     maintenance,
     migrations,
     reindex,
+    resident,
     responses,
     search,
     vector_index,
@@ -41,6 +42,7 @@ from services.store import (
 from services.store.db import (
     ThreadConnections,
     atomic,
+    database_key,
     library_versions,
     vectors_available,
     vectors_error,
@@ -51,6 +53,7 @@ from services.store.records import (
     AddChunksResult,
     AttributeValue,
     AuditEntry,
+    BackupInfo,
     BackupResult,
     BatchFileInput,
     Chunking,
@@ -70,6 +73,7 @@ from services.store.records import (
     Page,
     PendingText,
     ResponseRecord,
+    RestoreResult,
     SearchHit,
     Stats,
     StoredChunk,
@@ -612,6 +616,42 @@ class Repository:
             result = maintenance.backup(self._conn(), target=target)
         maintenance.prune_backups(self.backup_dir, self._settings.backup_keep)
         return result
+
+    def restore(self, name: str) -> RestoreResult:
+        """Replaces the database's content with the backup `name` (checked first), keeping a
+        copy of what it replaces as replaced-<UTC time>.db in the backup directory; an older
+        backup is migrated forward."""
+        source = maintenance.existing_backup(self.backup_dir, name)
+        started = time.monotonic()
+        restored_version = maintenance.check_backup(source, len(migrations.MIGRATIONS))
+        with self._exclusive("restore"):
+            conn = self._conn()
+            stamp = maintenance.default_backup_name(time.time()).removeprefix("ragd-")
+            replaced = maintenance.resolve_backup_path(self.backup_dir, f"replaced-{stamp}")
+            maintenance.make_directories(self.backup_dir, replaced.parent)
+            maintenance.check_room(conn, replaced.parent, self._settings.backup_reserve_bytes)
+            maintenance.backup(conn, target=replaced)
+            maintenance.restore(conn, source=source)
+            found = resident.existing(database_key(conn))
+            if found is not None:
+                found.forget()
+            self._builds = {}
+            version = self.migrate()
+        return RestoreResult(
+            path=source,
+            replaced=replaced,
+            restored_schema_version=restored_version,
+            schema_version=version,
+            bytes=source.stat().st_size,
+            seconds=time.monotonic() - started,
+        )
+
+    def list_backups(self) -> list[BackupInfo]:
+        return maintenance.list_backups(self.backup_dir)
+
+    def backup_file(self, name: str) -> Path:
+        """The backup `name` names, for reading (BackupNotFound if absent)."""
+        return maintenance.existing_backup(self.backup_dir, name)
 
     def vacuum(self) -> VacuumResult:
         with self._exclusive("vacuum"):

@@ -228,6 +228,8 @@ class Resident:
         # Bumped by every committed change to a key: a load that saw another value is stale.
         self._versions: dict[int, int] = {}
         self._wanted: set[int] = set()
+        # Bumped by forget(): a load begun before it is of a database that is gone.
+        self._generation = 0
         self.loads = 0
 
     def version(self, key: int) -> int:
@@ -265,7 +267,7 @@ class Resident:
         it if it fits the budget and nothing changed it meanwhile; None if it cannot fit."""
         if not self.fits(dimensions, expected_rows):
             return None
-        version = self.version(key)
+        version, generation = self.version(key), self._generation
         loaded = Collection(dimensions, self.settings, owner, capacity=expected_rows)
         # In slices, so that a million rows never sit in memory twice as Python bytes.
         ids: list[int] = []
@@ -280,7 +282,7 @@ class Resident:
         loaded.sort()
         self.loads += 1
         with self._lock:
-            if self.version(key) != version:
+            if self.version(key) != version or self._generation != generation:
                 return loaded  # a commit raced the load: good for this snapshot only
             self._collections[key] = loaded
             self._collections.move_to_end(key)
@@ -326,9 +328,11 @@ class Resident:
             return sum(c.nbytes for c in self._collections.values())
 
     def forget(self) -> None:
+        """Drops every collection: the database's content was replaced (a restore)."""
         with self._lock:
             self._collections.clear()
             self._versions = {key: value + 1 for key, value in self._versions.items()}
+            self._generation += 1
 
 
 # ----------------------------------------------------------------- one registry per database

@@ -1,11 +1,15 @@
-"""Operator routes: backup, vacuum, stats, audit log. Protected by the API keys like /v1."""
+"""Operator routes: backup, restore, vacuum, stats, audit log; behind the API keys like /v1."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+import grpc
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 from services.common.vocabulary import AUDIT_OPERATIONS
+from services.gateway.clients import from_grpc
 from services.gateway.errors import invalid
 from services.gateway.params import json_body, optional_str, query_int
 from services.gateway.routes import services
@@ -25,6 +29,66 @@ async def backup(request: Request) -> JSONResponse:
     )
     return JSONResponse(
         {"path": reply.path, "bytes": reply.bytes, "seconds": round(reply.seconds, 3)}
+    )
+
+
+async def restore(request: Request) -> JSONResponse:
+    """{"path": a backup's name in the store's backup directory} -> the restore's figures."""
+    body = await json_body(request)
+    name = optional_str(body, "path", "") or ""
+    if not name:
+        raise invalid("'path' must name a backup (GET /admin/backups lists them)", param="path")
+    reply = await services(request).store.Restore(
+        store_pb2.RestoreRequest(name=name), timeout=MAINTENANCE_TIMEOUT
+    )
+    return JSONResponse(
+        {
+            "path": reply.path,
+            "replaced_path": reply.replaced_path,
+            "schema_version": reply.schema_version,
+            "restored_schema_version": reply.restored_schema_version,
+            "bytes": reply.bytes,
+            "seconds": round(reply.seconds, 3),
+        }
+    )
+
+
+async def list_backups(request: Request) -> JSONResponse:
+    reply = await services(request).store.ListBackups(store_pb2.ListBackupsRequest())
+    data = [
+        {"path": info.name, "bytes": info.bytes, "modified_at": round(info.modified_at, 3)}
+        for info in reply.backups
+    ]
+    return JSONResponse({"object": "list", "data": data, "has_more": False})
+
+
+async def download_backup(request: Request) -> StreamingResponse:
+    """A backup's bytes, streamed from the store: for a store in a container or on another
+    machine. Errors (no such backup) are known before the first byte, from the first piece."""
+    deps = services(request)
+    name = request.query_params.get("path", "")
+    if not name:
+        raise invalid("the query parameter 'path' must name a backup", param="path")
+    call = deps.store.ReadBackup(
+        store_pb2.ReadBackupRequest(name=name), timeout=MAINTENANCE_TIMEOUT
+    )
+    pieces = aiter(call)
+    try:
+        first = await anext(pieces, None)
+    except grpc.aio.AioRpcError as error:
+        raise from_grpc(error, "store") from None
+
+    async def body() -> AsyncIterator[bytes]:
+        if first is not None:
+            yield first.data
+        async for piece in pieces:
+            yield piece.data
+
+    filename = name.rsplit("/", 1)[-1]
+    return StreamingResponse(
+        body(),
+        media_type="application/vnd.sqlite3",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
     )
 
 

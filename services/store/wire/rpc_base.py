@@ -16,6 +16,8 @@ from services.common.grpc_server import Context
 from services.store.disk import is_full_error
 from services.store.errors import (
     BackupExists,
+    BackupNotFound,
+    BackupUnusable,
     BatchNotFound,
     CollectionFileNotFound,
     CollectionNotFound,
@@ -66,6 +68,8 @@ _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (ModelMismatch, grpc.StatusCode.FAILED_PRECONDITION),
     (LeaseLost, grpc.StatusCode.FAILED_PRECONDITION),
     (BackupExists, grpc.StatusCode.ALREADY_EXISTS),
+    (BackupNotFound, grpc.StatusCode.NOT_FOUND),
+    (BackupUnusable, grpc.StatusCode.FAILED_PRECONDITION),
     (MaintenanceRunning, grpc.StatusCode.ABORTED),
     (ReindexRunning, grpc.StatusCode.ABORTED),
     (NoReindex, grpc.StatusCode.FAILED_PRECONDITION),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
@@ -16,6 +18,8 @@ from services.store.wire.messages import (
 from services.store.wire.rpc_base import RpcBase
 
 DEFAULT_AUDIT_LIMIT = 100
+# Bytes per ReadBackup message: well under gRPC's message limit, few enough messages.
+BACKUP_PIECE = 1 << 20
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +90,45 @@ class OperationsRpcs(RpcBase):
             "backup written to %s (%d bytes, %.1f s)", result.path, result.bytes, result.seconds
         )
         return pb.BackupResponse(path=str(result.path), bytes=result.bytes, seconds=result.seconds)
+
+    async def Restore(self, request: pb.RestoreRequest, context: Context) -> pb.RestoreResponse:
+        result = await self._call(context, lambda: self._repository.restore(request.name))
+        log.info(
+            "restored %s (schema %d, now %d) in %.1f s; the database it replaced is kept as %s",
+            result.path,
+            result.restored_schema_version,
+            result.schema_version,
+            result.seconds,
+            result.replaced,
+        )
+        return pb.RestoreResponse(
+            path=str(result.path),
+            replaced_path=str(result.replaced),
+            schema_version=result.schema_version,
+            restored_schema_version=result.restored_schema_version,
+            bytes=result.bytes,
+            seconds=result.seconds,
+        )
+
+    async def ListBackups(
+        self, request: pb.ListBackupsRequest, context: Context
+    ) -> pb.ListBackupsResponse:
+        found = await self._call(context, self._repository.list_backups)
+        return pb.ListBackupsResponse(
+            backups=[
+                pb.BackupInfo(name=info.name, bytes=info.bytes, modified_at=info.modified_at)
+                for info in found
+            ]
+        )
+
+    async def ReadBackup(
+        self, request: pb.ReadBackupRequest, context: Context
+    ) -> AsyncIterator[pb.BackupPiece]:
+        path = await self._call(context, lambda: self._repository.backup_file(request.name))
+        loop = asyncio.get_running_loop()
+        with open(path, "rb") as source:
+            while piece := await loop.run_in_executor(self._executor, source.read, BACKUP_PIECE):
+                yield pb.BackupPiece(data=piece)
 
     async def Vacuum(self, request: pb.VacuumRequest, context: Context) -> pb.VacuumResponse:
         result = await self._call(context, self._repository.vacuum)
