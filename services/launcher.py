@@ -120,6 +120,9 @@ def wait_http_ok(child: Child, url: str, timeout: float) -> None:
             with urllib.request.urlopen(url, timeout=2.0) as reply:
                 if reply.status == 200:
                     return
+        except urllib.error.HTTPError as error:
+            # It holds the connection (a gateway shutting down answers 503): close it.
+            error.close()
         except (urllib.error.URLError, OSError):
             pass
         time.sleep(0.1)

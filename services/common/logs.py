@@ -9,12 +9,14 @@ import time
 from collections.abc import Mapping
 
 from services.common.config import Env
+from services.common.tracing import trace_id
 
 FORMATS = ("text", "json")
 
 
 class JsonFormatter(logging.Formatter):
-    """{"time", "level", "service", "logger", "message"} and, when there is one, "exception"."""
+    """{"time", "level", "service", "logger", "message"} and, when there is one, the
+    "trace_id" of the request being served and the "exception"."""
 
     def __init__(self, service: str) -> None:
         super().__init__()
@@ -29,6 +31,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        current = trace_id()
+        if current:
+            entry["trace_id"] = current
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

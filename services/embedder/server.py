@@ -28,6 +28,7 @@ from services.common.logs import setup_logging
 from services.common.metrics import MetricsInterceptor, serve_metrics
 from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
+from services.common.tracing import server_interceptors, setup_tracing
 from services.common.vectors import FloatMatrix
 from services.embedder.batcher import Batcher, BatchLimits
 from services.embedder.config import EmbedderConfig
@@ -257,7 +258,11 @@ async def _start(
             # flight finish first (the grace period is unlimited).
             options.append(("grpc.max_connection_age_ms", int(config.max_connection_age * 1000)))
         server = grpc.aio.server(
-            interceptors=[MetricsInterceptor(), *service_auth(config.service_token)],
+            interceptors=[
+                *server_interceptors(),
+                MetricsInterceptor(),
+                *service_auth(config.service_token),
+            ],
             options=options,
         )
         embedder_pb2_grpc.add_EmbedderServicer_to_server(
@@ -347,6 +352,7 @@ def main() -> None:
     except ConfigError as error:
         raise SystemExit(f"ragd-embedder: {error}") from None
     setup_logging(config.log_level, "embedder")
+    setup_tracing("embedder")
     try:
         asyncio.run(_serve(config, ports_file))
     except (ModelLoadError, OSError) as error:

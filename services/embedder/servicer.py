@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import grpc
 
+from services.common import tracing
 from services.common.grpc_server import Context
 from services.common.vectors import FloatMatrix, to_bytes
 from services.common.versions import process_versions
@@ -124,10 +125,19 @@ class EmbedderServicer(embedder_pb2_grpc.EmbedderServicer):
         except Exception:
             log.exception("Embed failed")
             await context.abort(grpc.StatusCode.INTERNAL, "internal error in the embedder")
+        token_counts = [len(ids) for ids in prepared.inputs]
+        tracing.annotate(
+            {
+                "gen_ai.operation.name": "embeddings",
+                "gen_ai.request.model": self._model.info.name,
+                "gen_ai.usage.input_tokens": sum(token_counts),
+                "ragd.embed.inputs": len(token_counts),
+            }
+        )
         return pb.EmbedResponse(
             dimensions=self._model.info.dimensions,
             vectors=to_bytes(vectors),
-            token_counts=[len(ids) for ids in prepared.inputs],
+            token_counts=token_counts,
             truncated=prepared.truncated,
             model=self._model.info.name,
         )

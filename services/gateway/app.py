@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
+from services.common import tracing
 from services.gateway import ingest_server
 from services.gateway.attach import Attacher
 from services.gateway.audit import AuditLog
@@ -101,6 +102,22 @@ ROUTES = [
 ]
 
 
+def tracing_middleware() -> list[Middleware]:
+    """A server span per request (outermost, so it covers the rest) when tracing is on;
+    HttpMetrics names it after the route template once routing found one."""
+    if not tracing.enabled():
+        return []
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+    return [
+        Middleware(
+            OpenTelemetryMiddleware,
+            exclude_spans=["receive", "send"],
+            default_span_details=lambda scope: (scope.get("method", "HTTP"), {}),
+        )
+    ]
+
+
 def create_app(config: GatewayConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
@@ -171,6 +188,7 @@ def create_app(config: GatewayConfig) -> Starlette:
     app = Starlette(
         routes=ROUTES,
         middleware=[
+            *tracing_middleware(),
             Middleware(HttpMetrics),
             Middleware(ApiKeyMiddleware, keys=config.api_keys),
         ],

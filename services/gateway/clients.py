@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.grpc_server import MAX_MESSAGE_BYTES
 from services.common.security import TlsFiles, bearer_metadata
+from services.common.tracing import client_interceptors
 from services.common.vectors import FloatMatrix, from_bytes
 from services.gateway import errors
 from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2_grpc
@@ -135,6 +136,7 @@ def open_channel(
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
     interceptors: list[grpc.aio.ClientInterceptor] = [
+        *client_interceptors(),
         _Translate(service, timeout, token),
         _StreamMetadata(token),
     ]

@@ -17,6 +17,7 @@ import grpc
 from services.common.grpc_server import MAX_MESSAGE_BYTES, Context, add_health, set_serving
 from services.common.metrics import MetricsInterceptor
 from services.common.security import BearerAuth
+from services.common.tracing import server_interceptors
 from services.gateway import errors
 from services.gateway.bulk import Document, IngestSession, Progress, State, Summary
 from services.gateway.config import GatewayConfig
@@ -162,7 +163,11 @@ async def create_server(config: GatewayConfig, deps: Services) -> tuple[grpc.aio
     """Starts the ingest server on config.ingest_listen; SERVING once it listens."""
     server = grpc.aio.server(
         # The REST API's keys, as `authorization: Bearer <key>` metadata.
-        interceptors=[MetricsInterceptor(), BearerAuth(config.api_keys, "API key", "key")],
+        interceptors=[
+            *server_interceptors(),
+            MetricsInterceptor(),
+            BearerAuth(config.api_keys, "API key", "key"),
+        ],
         options=[
             # A document may be as large as an upload; the stream's window bounds how many wait.
             (

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.common import tracing
 from services.common.metrics import DURATION_BUCKETS
 
 HTTP_REQUESTS = Counter(
@@ -79,6 +80,9 @@ class HttpMetrics:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                # Now, before the tracing middleware ends the request's span with the body.
+                route = scope.get("route_template", UNMATCHED)
+                tracing.name_current_span(f"{scope['method']} {route}", {"http.route": route})
             await send(message)
 
         try:

@@ -15,6 +15,7 @@ from uvicorn.config import STARTUP_FAILURE
 from services.common.logs import setup_logging
 from services.common.metrics import serve_metrics
 from services.common.ports_file import ports_file_from_env, write_ports
+from services.common.tracing import setup_tracing
 from services.gateway.app import create_app
 from services.gateway.config import GatewayConfig
 
@@ -59,6 +60,7 @@ def main() -> None:
     config = GatewayConfig.from_env()
     ports_file = ports_file_from_env()
     setup_logging(config.log_level, "gateway")
+    setup_tracing("gateway")
     app = create_app(config)
     server_config = uvicorn.Config(
         app,

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from services.common import tracing
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
 from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.errors import InvalidRequest, invalid
@@ -116,6 +117,13 @@ async def embeddings(request: Request) -> JSONResponse:
             item["truncated"] = result.truncated[index]
         data.append(item)
     tokens = sum(result.token_counts)
+    tracing.annotate(
+        {
+            "gen_ai.operation.name": "embeddings",
+            "gen_ai.request.model": info.name,
+            "gen_ai.usage.input_tokens": tokens,
+        }
+    )
     return JSONResponse(
         {
             "object": "list",

@@ -8,6 +8,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from services.common import tracing
 from services.common.vocabulary import (
     DEFAULT_SEARCH_MODE,
     MAX_NAME_CHARS,
@@ -202,6 +203,15 @@ async def search_vector_store(request: Request) -> JSONResponse:
     ]
     elapsed = time.perf_counter() - started
     metrics.searched(found.mode, elapsed, found.degraded)
+    tracing.annotate(
+        {
+            "gen_ai.operation.name": "retrieval",
+            "gen_ai.data_source.id": asked.store_id,
+            "ragd.search.mode": found.mode,
+            "ragd.search.degraded": found.degraded,
+            "ragd.search.results": len(data),
+        }
+    )
     deps.audit.record(
         "search",
         asked.store_id,

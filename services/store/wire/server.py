@@ -21,6 +21,7 @@ from services.common.logs import setup_logging
 from services.common.metrics import MetricsInterceptor, serve_metrics
 from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
+from services.common.tracing import server_interceptors, setup_tracing
 from services.pb import store_pb2, store_pb2_grpc
 from services.store.config import StoreConfig
 from services.store.db import use_sqlite_vec
@@ -67,7 +68,11 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
     )
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="store-db")
     server = grpc.aio.server(
-        interceptors=[MetricsInterceptor(), *service_auth(config.service_token)],
+        interceptors=[
+            *server_interceptors(),
+            MetricsInterceptor(),
+            *service_auth(config.service_token),
+        ],
         options=SERVER_OPTIONS,
     )
     store_pb2_grpc.add_StoreServicer_to_server(StoreServicer(repository, executor), server)
@@ -175,6 +180,7 @@ def main() -> None:
     except ConfigError as error:
         raise SystemExit(f"ragd-store: {error}") from None
     setup_logging(config.log_level, "store")
+    setup_tracing("store")
     # numpy's BLAS starts a thread per core and spins them between calls: a 10k-vector search
     # cost 11.5 ms of CPU for 0.3 ms of work, taken from the embedder and the gateway on the
     # same cores. Searches run one per store thread; one BLAS thread each is enough.
