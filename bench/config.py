@@ -12,7 +12,7 @@ from bench.processes import ROOT
 
 SCENARIOS = (
     "embedding", "ingest", "search", "footprint", "gateway", "contention", "chat", "reindex",
-    "quality",
+    "quality", "observability",
 )  # fmt: skip
 RESULTS_DIR = ROOT / "bench" / "results"
 

@@ -20,6 +20,7 @@ from bench import (
     gateway,
     ingest,
     machine,
+    observability,
     quality,
     reindex,
     report,
@@ -40,6 +41,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "chat": chat.run,
     "reindex": reindex.run,
     "quality": quality.run,
+    "observability": observability.run,
 }
 
 

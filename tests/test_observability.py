@@ -189,3 +189,30 @@ def test_json_logs_one_object_a_line(own_stack: Stack, searched: str) -> None:
         assert {"time", "level", "logger", "message"} <= set(entries[0])
         # Not a word of the API key.
         assert KEY not in "\n".join(lines)
+
+
+def test_ragd_audit_lists_who_did_what(own_stack: Stack, searched: str) -> None:
+    runner = CliRunner()
+    base = ["--url", own_stack.gateway_url, "--api-key", KEY, "audit"]
+    deadline = time.monotonic() + 10
+    while True:
+        listed = runner.invoke(cli, [*base, "--since", "1h", "--json"])
+        assert listed.exit_code == 0, listed.output
+        entries = json.loads(listed.output)
+        if sum(entry["operation"] == "search" for entry in entries) >= 2:
+            break
+        assert time.monotonic() < deadline, entries
+        time.sleep(0.2)
+    assert {entry["vector_store_id"] for entry in entries} == {searched}
+    assert {entry["detail"] for entry in entries if entry["operation"] == "search"} == {
+        "hybrid",
+        "vector",
+    }
+    ingests = runner.invoke(cli, [*base, "--op", "ingest", "-n", "seen"], env={"COLUMNS": "200"})
+    assert ingests.exit_code == 0, ingests.output
+    assert ingests.output.count("ingest") == 2 and searched in ingests.output
+    assert "completed" in ingests.output
+    bad = runner.invoke(cli, [*base, "--since", "soon"])
+    assert bad.exit_code == 2
+    anonymous = runner.invoke(cli, ["--url", own_stack.gateway_url, "audit"])
+    assert anonymous.exit_code == 5, anonymous.output

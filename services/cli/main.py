@@ -29,7 +29,7 @@ from services.client.errors import ClientError, Conflict, NotFound, Unauthentica
 from services.client.ingest import IngestClient
 from services.client.rest import DEFAULT_URL, RestClient
 from services.common.versions import ragd_version
-from services.common.vocabulary import SEARCH_MODES
+from services.common.vocabulary import AUDIT_OPERATIONS, SEARCH_MODES
 
 
 class Exit(IntEnum):
@@ -437,6 +437,50 @@ def version_command(settings: Settings, as_json: bool) -> None:
     for service, parts in rows:
         text = ", ".join(f"{key} {value}" for key, value in parts.items() if value != "")
         out.print(f"[bold]{service}[/]: {escape(text)}")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(text: str) -> float:
+    """'90s', '15m', '1h', '7d' -> seconds."""
+    number, unit = text[:-1], text[-1:].lower()
+    if unit not in _UNITS or not number.isdigit():
+        raise click.BadParameter(f"{text!r}: use a number and s, m, h or d (e.g. 1h, 7d)")
+    return int(number) * _UNITS[unit]
+
+
+@cli.command("audit")
+@click.option("--since", help="Only this recent: 90s, 15m, 1h, 7d.")
+@click.option("--op", "operation", type=click.Choice(AUDIT_OPERATIONS), help="One operation.")
+@click.option("-n", "--name", "store", help="One index: its name or id.")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
+@json_option
+@click.pass_obj
+def audit_command(
+    settings: Settings,
+    since: str | None,
+    operation: str | None,
+    store: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Who did what: the audit log of searches and ingests, newest first."""
+    after = time.time() - _duration(since) if since else 0.0
+    with settings.rest() as rest:
+        store_id = rest.resolve(store).id if store else ""
+        try:
+            entries = rest.audit(
+                operation=operation or "", store=store_id, since=after, limit=limit
+            )
+        except NotFound as error:
+            raise _admin_missing(error) from None
+    if as_json:
+        _print_json(entries)
+    elif entries:
+        out.print(render.audit_table(entries))
+    else:
+        err.print("no audit entries match")
 
 
 @cli.group()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -31,6 +32,35 @@ def when(seconds: int) -> str:
         return "-"
     moment = datetime.datetime.fromtimestamp(seconds)
     return moment.strftime("%Y-%m-%d %H:%M")
+
+
+def audit_table(entries: Sequence[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("TIME", "OPERATION", "VECTOR STORE", "RESULTS", "MS", "DETAIL"):
+        wide = column in ("DETAIL", "VECTOR STORE")
+        table.add_column(
+            column,
+            no_wrap=not wide,
+            overflow="fold" if wide else "ellipsis",
+            justify=_RIGHT.get(column, "left"),
+        )
+    for entry in entries:
+        moment = datetime.datetime.fromtimestamp(float(entry["at"]))
+        detail = str(entry.get("detail") or "")
+        if entry.get("degraded"):
+            detail = f"degraded {detail}".strip()
+        table.add_row(
+            moment.strftime("%Y-%m-%d %H:%M:%S"),
+            str(entry["operation"]),
+            str(entry.get("vector_store_id") or "-"),
+            f"{entry.get('result_count', 0):,}",
+            f"{float(entry.get('latency_ms', 0)):.1f}",
+            escape(detail),
+        )
+    return table
+
+
+_RIGHT: dict[str, Literal["right"]] = {"RESULTS": "right", "MS": "right"}
 
 
 def _chunks(store: VectorStore) -> str:

@@ -249,6 +249,26 @@ class RestClient:
             partial.unlink(missing_ok=True)
         return written
 
+    def audit(
+        self, *, operation: str = "", store: str = "", since: float = 0.0, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Audit entries newest first, paging back until `limit` entries or `since` (a Unix
+        time) is passed."""
+        found: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": min(limit, 1000)}
+        if operation:
+            params["operation"] = operation
+        if store:
+            params["store"] = store
+        while len(found) < limit:
+            page = self.request("GET", "/admin/audit", params=params)
+            entries = [entry for entry in page["data"] if entry["at"] >= since]
+            found.extend(entries)
+            if not page["has_more"] or len(entries) < len(page["data"]):
+                break
+            params["before"] = page["last_id"]
+        return found[:limit]
+
     def vacuum(self) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", "/admin/vacuum", json={})
         return result
