@@ -436,7 +436,8 @@ def version_command(settings: Settings, as_json: bool) -> None:
     rows += [("embedder", embedder) for embedder in versions.get("embedders", [])]
     for service, parts in rows:
         text = ", ".join(f"{key} {value}" for key, value in parts.items() if value != "")
-        out.print(f"[bold]{service}[/]: {escape(text)}")
+        # Not wrapped at the terminal's width: digests and versions stay whole for copying.
+        out.print(f"[bold]{service}[/]: {escape(text)}", soft_wrap=True)
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -72,6 +72,15 @@ class BackupUnusable(StoreError):
     """The file is not a backup this store can restore; the message says why."""
 
 
+class KeyExists(StoreError):
+    pass
+
+
+class KeyNotFound(StoreError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no live API key named {name!r}")
+
+
 class MaintenanceRunning(StoreError):
     """A backup or vacuum is already running; they run one at a time."""
 

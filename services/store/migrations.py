@@ -363,6 +363,37 @@ def _v9_fulltext_per_collection(conn: apsw.Connection) -> None:
         )
 
 
+# API keys as records (services/store/keys.py): only a key's sha256 is kept, never the key;
+# usage counters since creation, and per UTC day for daily token limits.
+_V10_API_KEYS = """
+CREATE TABLE api_keys (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    name            TEXT    NOT NULL UNIQUE,
+    digest          BLOB    NOT NULL UNIQUE,
+    scope           TEXT    NOT NULL CHECK (scope IN ('admin', 'write', 'read')),
+    -- JSON list of vector store ids; empty: every vector store.
+    vector_stores   TEXT    NOT NULL DEFAULT '[]',
+    requests_per_minute INTEGER NOT NULL DEFAULT 0,
+    tokens_per_day  INTEGER NOT NULL DEFAULT 0,
+    created_at      INTEGER NOT NULL,
+    last_used_at    INTEGER NOT NULL DEFAULT 0,
+    revoked_at      INTEGER NOT NULL DEFAULT 0,
+    requests        INTEGER NOT NULL DEFAULT 0,
+    searches        INTEGER NOT NULL DEFAULT 0,
+    embedded_tokens INTEGER NOT NULL DEFAULT 0,
+    bytes_stored    INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE TABLE api_key_days (
+    key_id          INTEGER NOT NULL REFERENCES api_keys (id) ON DELETE CASCADE,
+    -- Days since the Unix epoch, UTC.
+    day             INTEGER NOT NULL,
+    requests        INTEGER NOT NULL DEFAULT 0,
+    embedded_tokens INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (key_id, day)
+) STRICT, WITHOUT ROWID;
+"""
+
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -373,6 +404,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V7_REINDEX),
     _script(_V8_LEXICAL_ONLY),
     _v9_fulltext_per_collection,
+    _script(_V10_API_KEYS),
 ]
 
 

@@ -278,6 +278,40 @@ class RestoreResult:
 
 
 @dataclass(frozen=True)
+class ApiKey:
+    name: str
+    # "admin", "write" or "read".
+    scope: str
+    # The vector stores it may reach; empty: all.
+    vector_stores: tuple[str, ...]
+    # 0: no limit.
+    requests_per_minute: int
+    tokens_per_day: int
+    created_at: int
+    last_used_at: int
+    revoked_at: int
+    # Since creation, as gateways reported them.
+    requests: int
+    searches: int
+    embedded_tokens: int
+    bytes_stored: int
+    # Embedded tokens this UTC day.
+    tokens_today: int
+
+
+@dataclass(frozen=True)
+class KeyUsage:
+    """What one gateway counted for a key since its last report."""
+
+    name: str
+    requests: int = 0
+    searches: int = 0
+    embedded_tokens: int = 0
+    bytes_stored: int = 0
+    last_used_at: float = 0.0
+
+
+@dataclass(frozen=True)
 class BackupInfo:
     # Relative to the backup directory.
     name: str

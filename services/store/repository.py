@@ -31,6 +31,7 @@ from services.store import (
     files,
     ingest,
     jobs,
+    keys,
     maintenance,
     migrations,
     reindex,
@@ -51,6 +52,7 @@ from services.store.disk import DiskWatch
 from services.store.errors import MaintenanceRunning
 from services.store.records import (
     AddChunksResult,
+    ApiKey,
     AttributeValue,
     AuditEntry,
     BackupInfo,
@@ -67,6 +69,7 @@ from services.store.records import (
     FileBatch,
     Item,
     ItemHit,
+    KeyUsage,
     NewFile,
     NewItem,
     NewResponse,
@@ -554,6 +557,42 @@ class Repository:
             if pruned < audit.PRUNE_BATCH:
                 self._next_prune = now + audit.PRUNE_INTERVAL_SECONDS
         return recorded
+
+    # API keys (services/store/keys.py)
+
+    def create_api_key(
+        self,
+        name: str,
+        scope: str,
+        vector_stores: Sequence[str] = (),
+        requests_per_minute: int = 0,
+        tokens_per_day: int = 0,
+    ) -> tuple[ApiKey, str]:
+        """The new key's record and its secret, which is not kept anywhere."""
+        return keys.create(
+            self._conn(),
+            name=name,
+            scope=scope,
+            vector_stores=vector_stores,
+            requests_per_minute=requests_per_minute,
+            tokens_per_day=tokens_per_day,
+            now=self._clock(),
+        )
+
+    def authenticate_api_key(self, secret: str) -> ApiKey | None:
+        return keys.authenticate(self._conn(), secret, self._clock())
+
+    def list_api_keys(self, revoked: bool = False) -> list[ApiKey]:
+        return keys.list_keys(self._conn(), self._clock(), revoked=revoked)
+
+    def live_api_keys(self) -> int:
+        return keys.live_keys(self._conn())
+
+    def revoke_api_key(self, name: str) -> ApiKey:
+        return keys.revoke(self._conn(), name, self._clock())
+
+    def record_key_usage(self, usages: Sequence[KeyUsage]) -> None:
+        keys.record_usage(self._conn(), usages, self._clock())
 
     def list_audit(
         self,

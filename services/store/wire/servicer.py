@@ -11,6 +11,7 @@ from services.store.wire.rpc_collections import CollectionRpcs
 from services.store.wire.rpc_conversations import ConversationRpcs
 from services.store.wire.rpc_files import FileRpcs
 from services.store.wire.rpc_jobs import JobRpcs
+from services.store.wire.rpc_keys import KeyRpcs
 from services.store.wire.rpc_operations import OperationsRpcs
 
 __all__ = ["StoreServicer", "status_for"]
@@ -20,6 +21,7 @@ class StoreServicer(
     CollectionRpcs,
     FileRpcs,
     JobRpcs,
+    KeyRpcs,
     OperationsRpcs,
     ConversationRpcs,
     store_pb2_grpc.StoreServicer,

@@ -1,0 +1,83 @@
+"""API key RPCs: thin adapters over Repository's key methods (services/store/keys.py)."""
+
+from __future__ import annotations
+
+import grpc
+
+from services.common.grpc_server import Context
+from services.pb import store_pb2 as pb
+from services.store.records import ApiKey, KeyUsage
+from services.store.wire.rpc_base import RpcBase
+
+
+def key_message(key: ApiKey) -> pb.ApiKey:
+    return pb.ApiKey(
+        name=key.name,
+        scope=key.scope,
+        vector_stores=key.vector_stores,
+        requests_per_minute=key.requests_per_minute,
+        tokens_per_day=key.tokens_per_day,
+        created_at=key.created_at,
+        last_used_at=key.last_used_at,
+        revoked_at=key.revoked_at,
+        requests=key.requests,
+        searches=key.searches,
+        embedded_tokens=key.embedded_tokens,
+        bytes_stored=key.bytes_stored,
+        tokens_today=key.tokens_today,
+    )
+
+
+class KeyRpcs(RpcBase):
+    async def CreateApiKey(
+        self, request: pb.CreateApiKeyRequest, context: Context
+    ) -> pb.CreatedApiKey:
+        key, secret = await self._call(
+            context,
+            lambda: self._repository.create_api_key(
+                request.name,
+                request.scope,
+                list(request.vector_stores),
+                request.requests_per_minute,
+                request.tokens_per_day,
+            ),
+        )
+        return pb.CreatedApiKey(key=key_message(key), secret=secret)
+
+    async def AuthenticateApiKey(
+        self, request: pb.AuthenticateApiKeyRequest, context: Context
+    ) -> pb.ApiKey:
+        key = await self._call(
+            context, lambda: self._repository.authenticate_api_key(request.secret)
+        )
+        if key is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no live API key has this secret")
+        assert key is not None
+        return key_message(key)
+
+    async def ListApiKeys(
+        self, request: pb.ListApiKeysRequest, context: Context
+    ) -> pb.ListApiKeysResponse:
+        found = await self._call(context, lambda: self._repository.list_api_keys(request.revoked))
+        return pb.ListApiKeysResponse(keys=[key_message(key) for key in found])
+
+    async def RevokeApiKey(self, request: pb.RevokeApiKeyRequest, context: Context) -> pb.ApiKey:
+        key = await self._call(context, lambda: self._repository.revoke_api_key(request.name))
+        return key_message(key)
+
+    async def RecordKeyUsage(
+        self, request: pb.RecordKeyUsageRequest, context: Context
+    ) -> pb.RecordKeyUsageResponse:
+        usages = [
+            KeyUsage(
+                name=usage.name,
+                requests=usage.requests,
+                searches=usage.searches,
+                embedded_tokens=usage.embedded_tokens,
+                bytes_stored=usage.bytes_stored,
+                last_used_at=usage.last_used_at,
+            )
+            for usage in request.usages
+        ]
+        await self._call(context, lambda: self._repository.record_key_usage(usages))
+        return pb.RecordKeyUsageResponse()
