@@ -485,6 +485,83 @@ def audit_command(
 
 
 @cli.group()
+def keys() -> None:
+    """API keys: make, list, revoke (the gateway's /admin/keys; needs an admin key)."""
+
+
+@keys.command("create")
+@click.argument("name")
+@click.option(
+    "--scope",
+    type=click.Choice(["read", "write", "admin"]),
+    required=True,
+    help="read: search and reads; write: also ingest and changes; admin: everything.",
+)
+@click.option("--stores", help="Only these vector stores (names or ids, comma-separated).")
+@click.option("--rpm", type=click.IntRange(0), default=0, help="Requests per minute (0: no limit).")
+@click.option(
+    "--tokens-per-day", type=click.IntRange(0), default=0, help="Embedded tokens per UTC day."
+)
+@json_option
+@click.pass_obj
+def keys_create(
+    settings: Settings,
+    name: str,
+    scope: str,
+    stores: str | None,
+    rpm: int,
+    tokens_per_day: int,
+    as_json: bool,
+) -> None:
+    """Make the key NAME and print it: this is the only time it is shown."""
+    with settings.rest() as rest:
+        ids = [rest.resolve(s.strip()).id for s in (stores or "").split(",") if s.strip()]
+        made = rest.create_key(name, scope, ids, rpm, tokens_per_day)
+    if as_json:
+        _print_json(made)
+        return
+    err.print(f"key [bold]{escape(name)}[/] ({scope}) made; it is shown once, keep it now:")
+    out.print(str(made["key"]), soft_wrap=True)
+
+
+@keys.command("list")
+@click.option("--revoked", is_flag=True, help="Include revoked keys.")
+@json_option
+@click.pass_obj
+def keys_list(settings: Settings, revoked: bool, as_json: bool) -> None:
+    """The keys, their scope, limits and usage."""
+    with settings.rest() as rest:
+        found = rest.keys(revoked)
+    if as_json:
+        _print_json(found)
+        return
+    out.print(render.keys_table(found))
+
+
+@keys.command("usage")
+@json_option
+@click.pass_obj
+def keys_usage(settings: Settings, as_json: bool) -> None:
+    """Requests, searches and embedded tokens per key (revoked ones included)."""
+    with settings.rest() as rest:
+        found = rest.keys(revoked=True)
+    if as_json:
+        _print_json({key["name"]: key["usage"] for key in found})
+        return
+    out.print(render.keys_table(found))
+
+
+@keys.command("revoke")
+@click.argument("name")
+@click.pass_obj
+def keys_revoke(settings: Settings, name: str) -> None:
+    """Revoke the key NAME for good (within 10 s on every gateway)."""
+    with settings.rest() as rest:
+        rest.revoke_key(name)
+    out.print(f"revoked [bold]{escape(name)}[/]")
+
+
+@cli.group()
 def db() -> None:
     """Database maintenance (the gateway's admin routes)."""
 

@@ -63,6 +63,29 @@ def audit_table(entries: Sequence[dict[str, Any]]) -> Table:
 _RIGHT: dict[str, Literal["right"]] = {"RESULTS": "right", "MS": "right"}
 
 
+def keys_table(keys: Sequence[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("NAME", "SCOPE", "STORES", "RPM", "TOKENS/DAY", "REQUESTS", "SEARCHES",
+                   "TOKENS", "TODAY", "LAST USED", "REVOKED"):  # fmt: skip
+        table.add_column(column, overflow="fold")
+    for key in keys:
+        usage = key["usage"]
+        table.add_row(
+            escape(str(key["name"])),
+            str(key["scope"]),
+            ",".join(key["vector_stores"]) or "all",
+            str(key["requests_per_minute"] or "-"),
+            str(key["tokens_per_day"] or "-"),
+            f"{usage['requests']:,}",
+            f"{usage['searches']:,}",
+            f"{usage['embedded_tokens']:,}",
+            f"{usage['embedded_tokens_today']:,}",
+            when(key["last_used_at"] or 0),
+            when(key["revoked_at"] or 0),
+        )
+    return table
+
+
 def _chunks(store: VectorStore) -> str:
     return "-" if store.chunk_count is None else f"{store.chunk_count:,}"
 

@@ -249,6 +249,33 @@ class RestClient:
             partial.unlink(missing_ok=True)
         return written
 
+    def create_key(
+        self,
+        name: str,
+        scope: str,
+        vector_stores: list[str] | None = None,
+        requests_per_minute: int = 0,
+        tokens_per_day: int = 0,
+    ) -> dict[str, Any]:
+        body = {
+            "name": name,
+            "scope": scope,
+            "vector_stores": vector_stores or [],
+            "requests_per_minute": requests_per_minute,
+            "tokens_per_day": tokens_per_day,
+        }
+        result: dict[str, Any] = self.request("POST", "/admin/keys", json=body)
+        return result
+
+    def keys(self, revoked: bool = False) -> list[dict[str, Any]]:
+        params = {"revoked": "true"} if revoked else None
+        result: list[dict[str, Any]] = self.request("GET", "/admin/keys", params=params)["data"]
+        return result
+
+    def revoke_key(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("DELETE", f"/admin/keys/{name}")
+        return result
+
     def audit(
         self, *, operation: str = "", store: str = "", since: float = 0.0, limit: int = 100
     ) -> list[dict[str, Any]]:

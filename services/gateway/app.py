@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
@@ -21,6 +22,7 @@ from services.gateway.embed_cache import EmbeddingCache
 from services.gateway.embedders import Embedders
 from services.gateway.history_index import HistoryIndexer
 from services.gateway.http_errors import EXCEPTION_HANDLERS
+from services.gateway.keys import Keys, RateLimits, Usage
 from services.gateway.metrics import HttpMetrics, metrics
 from services.gateway.metrics import TemplatedRoute as Route
 from services.gateway.openapi import openapi
@@ -32,6 +34,7 @@ from services.gateway.routes import (
     file_batches,
     files,
     health,
+    keys,
     responses,
     vector_store_files,
     vector_stores,
@@ -39,6 +42,7 @@ from services.gateway.routes import (
 )
 from services.gateway.state import Services
 from services.gateway.worker import IngestWorkers, WorkerSettings
+from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,9 @@ ROUTES = [
     Route("/admin/backups", admin.list_backups, methods=["GET"]),
     Route("/admin/backups/content", admin.download_backup, methods=["GET"]),
     Route("/admin/vacuum", admin.vacuum, methods=["POST"]),
+    Route("/admin/keys", keys.create_key, methods=["POST"]),
+    Route("/admin/keys", keys.list_keys, methods=["GET"]),
+    Route("/admin/keys/{name}", keys.revoke_key, methods=["DELETE"]),
     Route("/admin/stats", admin.stats, methods=["GET"]),
     Route("/admin/audit", admin.audit, methods=["GET"]),
     Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
@@ -148,6 +155,20 @@ def create_app(config: GatewayConfig) -> Starlette:
         )
         audit.start()
         workers.start()
+
+        async def lookup(secret: str) -> store_pb2.ApiKey:
+            found: store_pb2.ApiKey = await store.AuthenticateApiKey(
+                store_pb2.AuthenticateApiKeyRequest(secret=secret)
+            )
+            return found
+
+        async def count() -> int:
+            # Revoked keys count: revoking the last key must not open the API to everyone.
+            request = store_pb2.ListApiKeysRequest(revoked=True)
+            return len((await store.ListApiKeys(request)).keys)
+
+        key_usage = Usage(store.RecordKeyUsage)
+        key_usage.start()
         deps = Services(
             config,
             embedders,
@@ -156,6 +177,9 @@ def create_app(config: GatewayConfig) -> Starlette:
             workers,
             audit,
             Attacher(store, embedders, workers),
+            Keys(config.api_keys, lookup, count, time.monotonic),
+            RateLimits(),
+            key_usage,
             ChatUpstream(config.chat) if config.chat else None,
             HistoryIndexer(embedder, store, config.ingest_poll_seconds)
             if config.ingest_workers
@@ -177,6 +201,7 @@ def create_app(config: GatewayConfig) -> Starlette:
                 await grpc_server.stop(5)
             await workers.stop()
             await audit.stop()
+            await key_usage.stop()
             if deps.history is not None:
                 await deps.history.stop()
             if deps.chat is not None:
@@ -190,7 +215,7 @@ def create_app(config: GatewayConfig) -> Starlette:
         middleware=[
             *tracing_middleware(),
             Middleware(HttpMetrics),
-            Middleware(ApiKeyMiddleware, keys=config.api_keys),
+            Middleware(ApiKeyMiddleware),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,

@@ -1,38 +1,101 @@
-"""Bearer API keys for /v1 and /admin routes; health and readiness stay open."""
+"""Bearer API keys for /v1, /admin and /metrics; health, readiness and /version stay open.
+
+Keys are the bootstrap ones (RAGD_API_KEYS, admin) and the store's (scoped: read < write <
+admin; optionally limited to vector stores, to requests per minute and to embedded tokens per
+day). Without either, the API is open, as before keys existed.
+"""
 
 from __future__ import annotations
 
-import hmac
+import time
+from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.gateway.errors import Unauthenticated
+from services.gateway.errors import NotFound, Overloaded, PermissionDenied, Unauthenticated
 from services.gateway.http_errors import response
+from services.gateway.keys import Principal, required_scope, store_in_path
 
 # /metrics too: its figures name vector stores' activity and the load on the service.
 PROTECTED = ("/v1", "/admin", "/metrics")
+# Where a request's principal is left for the routes (None: the API is open).
+PRINCIPAL = "ragd.principal"
+
+
+def principal(scope: Scope) -> Principal | None:
+    found: Principal | None = scope.get(PRINCIPAL)
+    return found
 
 
 class ApiKeyMiddleware:
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.keys = [key.encode() for key in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or not scope["path"].startswith(PROTECTED):
+        if scope["type"] != "http" or not scope["path"].startswith(PROTECTED):
+            await self.app(scope, receive, send)
+            return
+        deps: Any = scope["state"]["services"]
+        if not await deps.keys.required():
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
         supplied = headers.get(b"authorization", b"")
         scheme, _, token = supplied.partition(b" ")
-        if scheme.lower() == b"bearer" and any(
-            hmac.compare_digest(token.strip(), key) for key in self.keys
-        ):
-            await self.app(scope, receive, send)
+        who = None
+        if scheme.lower() == b"bearer" and token.strip():
+            who = await deps.keys.identify(token.strip().decode("latin-1"))
+        if who is None:
+            message = (
+                "missing API key: send 'Authorization: Bearer <key>'"
+                if not supplied
+                else "invalid API key"
+            )
+            await response(Unauthenticated(message))(scope, receive, send)
             return
-        message = (
-            "missing API key: send 'Authorization: Bearer <key>'"
-            if not supplied
-            else "invalid API key"
+        refusal = refuse(who, scope["method"], scope["path"], deps)
+        if refusal is not None:
+            await response(refusal)(scope, receive, send)
+            return
+        scope[PRINCIPAL] = who
+        path = scope["path"]
+        deps.key_usage.count(who.name, searches=int(path.endswith("/search")))
+        await self.app(scope, receive, send)
+
+
+def refuse(
+    who: Principal, method: str, path: str, deps: Any
+) -> PermissionDenied | NotFound | Overloaded | None:
+    """Why `who` may not make this request, or None."""
+    need = required_scope(method, path)
+    if not who.allows(need):
+        return PermissionDenied(
+            f"the API key {who.name!r} has the {who.scope} scope; this request needs {need}"
         )
-        await response(Unauthenticated(message))(scope, receive, send)
+    store_id = store_in_path(path)
+    if store_id is not None and not who.reaches(store_id):
+        # As for an id that does not exist: a limited key learns nothing of other stores.
+        return NotFound(f"no vector store with id {store_id!r}", param="vector_store_id")
+    if who.vector_stores and method == "POST" and path == "/v1/vector_stores":
+        return PermissionDenied(
+            f"the API key {who.name!r} is limited to some vector stores and cannot create one"
+        )
+    wait = deps.rate_limits.check(who)
+    if wait is not None:
+        return Overloaded(
+            f"the API key {who.name!r} is limited to {who.requests_per_minute} requests per "
+            f"minute; retry in {wait} s",
+            code="rate_limit_exceeded",
+            retry_after=wait,
+        )
+    if who.tokens_per_day:
+        used = who.tokens_today + deps.key_usage.tokens(who.name)
+        if used >= who.tokens_per_day:
+            midnight = (int(time.time()) // 86400 + 1) * 86400
+            return Overloaded(
+                f"the API key {who.name!r} has embedded its {who.tokens_per_day} tokens for "
+                "today (UTC)",
+                code="rate_limit_exceeded",
+                retry_after=max(1, midnight - int(time.time())),
+            )
+    return None

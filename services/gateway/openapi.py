@@ -27,6 +27,7 @@ from services.gateway.routes import (
     file_batches,
     files,
     health,
+    keys,
     responses,
     vector_store_files,
     vector_stores,
@@ -99,6 +100,15 @@ OPERATIONS: dict[Endpoint, Operation] = {
         "RestoreResult",
         "RestoreRequest",
     ),
+    keys.create_key: Operation(
+        "Make an API key (its secret is in this answer only)", "ApiKey", "ApiKeyRequest"
+    ),
+    keys.list_keys: Operation(
+        "API keys and their usage",
+        "ApiKeyList",
+        query=[_query("revoked", {"type": "boolean"}, "include revoked keys")],
+    ),
+    keys.revoke_key: Operation("Revoke an API key for good", "ApiKey"),
     admin.list_backups: Operation("The backups in the store's backup directory", "BackupList"),
     admin.download_backup: Operation(
         "Download a backup's file",

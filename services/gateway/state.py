@@ -13,6 +13,7 @@ from services.gateway.clients import EmbedderClient, Store
 from services.gateway.config import GatewayConfig
 from services.gateway.embedders import Embedders
 from services.gateway.history_index import HistoryIndexer
+from services.gateway.keys import Keys, RateLimits, Usage
 from services.gateway.worker import IngestWorkers
 
 if TYPE_CHECKING:
@@ -31,6 +32,10 @@ class Services:
     audit: AuditLog
     # The one attach step every door uses.
     attacher: Attacher
+    # API keys: who is calling, their per-minute limits, their usage.
+    keys: Keys
+    rate_limits: RateLimits
+    key_usage: Usage
     # The chat model of /v1/responses and /v1/chat/completions; None when not configured.
     chat: ChatUpstream | None = None
     # Embeds conversation items in the background (gateways with ingest workers only).

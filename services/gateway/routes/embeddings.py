@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 
 from services.common import tracing
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
+from services.gateway.auth import principal
 from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.errors import InvalidRequest, invalid
 from services.gateway.models import embeddings_model
@@ -117,6 +118,9 @@ async def embeddings(request: Request) -> JSONResponse:
             item["truncated"] = result.truncated[index]
         data.append(item)
     tokens = sum(result.token_counts)
+    who = principal(request.scope)
+    if who is not None:
+        deps.key_usage.add_tokens(who.name, tokens)
     tracing.annotate(
         {
             "gen_ai.operation.name": "embeddings",

@@ -21,6 +21,7 @@ from services.common.vocabulary import (
 from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
 from services.gateway.attributes import attributes_python
+from services.gateway.auth import principal
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
@@ -93,7 +94,9 @@ async def list_vector_stores(request: Request) -> JSONResponse:
             **paging(request),
         )
     )
-    data = [objects.vector_store(c) for c in reply.collections]
+    who = principal(request.scope)
+    # A key limited to some vector stores sees only those (a page may then hold fewer).
+    data = [objects.vector_store(c) for c in reply.collections if who is None or who.reaches(c.id)]
     return JSONResponse(objects.page(data, reply.has_more))
 
 

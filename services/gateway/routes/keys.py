@@ -1,0 +1,77 @@
+"""Operator routes for API keys: make one (its secret is in this answer only), list them with
+their usage, revoke one. Admin scope, like every /admin route."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from services.gateway.errors import invalid
+from services.gateway.keys import SCOPES
+from services.gateway.params import json_body, optional_int, required_str
+from services.gateway.routes import services
+from services.pb import store_pb2
+
+MAX_LIMIT = 2**31 - 1
+
+
+def key_object(key: store_pb2.ApiKey) -> dict[str, Any]:
+    return {
+        "object": "api_key",
+        "name": key.name,
+        "scope": key.scope,
+        "vector_stores": list(key.vector_stores),
+        "requests_per_minute": key.requests_per_minute or None,
+        "tokens_per_day": key.tokens_per_day or None,
+        "created_at": key.created_at,
+        "last_used_at": key.last_used_at or None,
+        "revoked_at": key.revoked_at or None,
+        "usage": {
+            "requests": key.requests,
+            "searches": key.searches,
+            "embedded_tokens": key.embedded_tokens,
+            "embedded_tokens_today": key.tokens_today,
+        },
+    }
+
+
+async def create_key(request: Request) -> JSONResponse:
+    deps = services(request)
+    body = await json_body(request)
+    name = required_str(body, "name", max_chars=64)
+    scope = required_str(body, "scope")
+    if scope not in SCOPES:
+        raise invalid(f"'scope' must be one of {', '.join(SCOPES)}", param="scope")
+    stores = body.get("vector_stores") or []
+    if not isinstance(stores, list) or not all(isinstance(s, str) for s in stores):
+        raise invalid("'vector_stores' must be a list of vector store ids", param="vector_stores")
+    created = await deps.store.CreateApiKey(
+        store_pb2.CreateApiKeyRequest(
+            name=name,
+            scope=scope,
+            vector_stores=stores,
+            requests_per_minute=optional_int(body, "requests_per_minute", 0, 0, MAX_LIMIT),
+            tokens_per_day=optional_int(body, "tokens_per_day", 0, 0, 2**62),
+        )
+    )
+    deps.keys.created()
+    return JSONResponse({**key_object(created.key), "key": created.secret})
+
+
+async def list_keys(request: Request) -> JSONResponse:
+    revoked = request.query_params.get("revoked", "false").lower() in ("1", "true", "yes")
+    reply = await services(request).store.ListApiKeys(store_pb2.ListApiKeysRequest(revoked=revoked))
+    return JSONResponse(
+        {"object": "list", "data": [key_object(key) for key in reply.keys], "has_more": False}
+    )
+
+
+async def revoke_key(request: Request) -> JSONResponse:
+    deps = services(request)
+    revoked = await deps.store.RevokeApiKey(
+        store_pb2.RevokeApiKeyRequest(name=request.path_params["name"])
+    )
+    deps.keys.forget()
+    return JSONResponse({**key_object(revoked), "revoked": True})
