@@ -78,7 +78,14 @@ def test_a_read_key_limited_to_one_store(own_stack: Stack, stores: tuple[str, st
         # Another store is as unknown as an id that never existed.
         hidden = reader.get(f"/v1/vector_stores/{theirs}")
         assert hidden.status_code == 404
-        assert hidden.json()["error"]["code"] == "not_found"
+        with client(own_stack, ADMIN) as admin:
+            unknown = admin.get("/v1/vector_stores/vs_000000000000000000000000")
+        assert hidden.json() == {
+            "error": {**unknown.json()["error"], "message": f"no vector store with id {theirs!r}"}
+        }
+        assert unknown.json()["error"]["message"] == (
+            "no vector store with id 'vs_000000000000000000000000'"
+        )
         assert (
             reader.post(f"/v1/vector_stores/{theirs}/search", json={"query": "x"}).status_code
             == 404

@@ -12,7 +12,13 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.gateway.errors import NotFound, Overloaded, PermissionDenied, Unauthenticated
+from services.gateway.errors import (
+    ApiError,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    Unauthenticated,
+)
 from services.gateway.http_errors import response
 from services.gateway.keys import Principal, required_scope, store_in_path
 
@@ -36,15 +42,21 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         deps: Any = scope["state"]["services"]
-        if not await deps.keys.required():
-            await self.app(scope, receive, send)
-            return
         headers = dict(scope["headers"])
         supplied = headers.get(b"authorization", b"")
         scheme, _, token = supplied.partition(b" ")
         who = None
-        if scheme.lower() == b"bearer" and token.strip():
-            who = await deps.keys.identify(token.strip().decode("latin-1"))
+        try:
+            required = await deps.keys.required()
+            if required and scheme.lower() == b"bearer" and token.strip():
+                who = await deps.keys.identify(token.strip().decode("latin-1"))
+        except ApiError as error:
+            # The store cannot say who this is (it is away): refuse, in OpenAI's shape.
+            await response(error)(scope, receive, send)
+            return
+        if not required:
+            await self.app(scope, receive, send)
+            return
         if who is None:
             message = (
                 "missing API key: send 'Authorization: Bearer <key>'"
@@ -75,7 +87,7 @@ def refuse(
     store_id = store_in_path(path)
     if store_id is not None and not who.reaches(store_id):
         # As for an id that does not exist: a limited key learns nothing of other stores.
-        return NotFound(f"no vector store with id {store_id!r}", param="vector_store_id")
+        return NotFound(f"no vector store with id {store_id!r}")
     if who.vector_stores and method == "POST" and path == "/v1/vector_stores":
         return PermissionDenied(
             f"the API key {who.name!r} is limited to some vector stores and cannot create one"

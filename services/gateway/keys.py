@@ -94,7 +94,8 @@ class Keys:
         self._count = count
         self._clock = clock
         self._cache: dict[bytes, tuple[float, Principal | None]] = {}
-        self._present: tuple[float, bool] = (-1e18, False)
+        # Unknown until the store first answers (requests get its error meanwhile).
+        self._present: tuple[float, bool | None] = (-1e18, None)
 
     async def required(self) -> bool:
         """Whether requests need a key: bootstrap keys are set, or the store holds keys
@@ -103,14 +104,16 @@ class Keys:
         if self._bootstrap:
             return True
         at, present = self._present
-        if self._clock() - at < PRESENCE_SECONDS:
+        if present is not None and self._clock() - at < PRESENCE_SECONDS:
             return present
         try:
             present = await self._count() > 0
         except ApiError as error:
-            if not is_transient(error):
+            if present is None or not is_transient(error):
+                # Never heard from the store: it cannot be known whether a key is needed.
                 raise
-            # The store is away: keep the last answer (requests needing it fail anyway).
+            # The store is away: keep the last answer.
+            return present
         self._present = (self._clock(), present)
         return present
 
