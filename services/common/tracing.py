@@ -6,11 +6,13 @@ gateway, the embedder and the store. Off, nothing here costs more than a functio
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry import trace
+import grpc
+from opentelemetry import propagate, trace
 
 from services.common.versions import ragd_version
 
@@ -53,25 +55,142 @@ def enabled() -> bool:
 
 
 def server_interceptors() -> list[Any]:
-    """A gRPC server's span per call, continuing the caller's trace."""
-    if not enabled():
-        return []
-    from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
-
-    # Health checks are not traced: besides being noise, grpc.health's Watch is a coroutine
-    # that writes its stream, which the interceptor's stream wrapper cannot iterate.
-    skip_health = filters.negate(filters.service_prefix(_HEALTH))
-    return [aio_server_interceptor(filter_=skip_health)]  # type: ignore[no-untyped-call]
+    """A gRPC server's span per unary call, continuing the caller's trace."""
+    return [_ServerSpans()] if enabled() else []
 
 
 def client_interceptors() -> list[Any]:
-    """A client span per gRPC call, its context sent along in the metadata."""
-    if not enabled():
-        return []
-    from opentelemetry.instrumentation.grpc import aio_client_interceptors, filters
+    """A client span per unary gRPC call, its context sent along in the metadata."""
+    return [_ClientSpans()] if enabled() else []
 
-    skip_health = filters.negate(filters.service_prefix(_HEALTH))
-    return list(aio_client_interceptors(filter_=skip_health))  # type: ignore[no-untyped-call]
+
+@functools.cache
+def _tracer() -> trace.Tracer:
+    return trace.get_tracer("ragd", ragd_version())
+
+
+def _rpc_attributes(full_method: str) -> dict[str, str]:
+    service, _, method = full_method.lstrip("/").rpartition("/")
+    return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
+
+
+def _grpc_code(code: Any) -> int:
+    return int(code.value[0]) if isinstance(code, grpc.StatusCode) else 2
+
+
+class _ServerSpans(grpc.aio.ServerInterceptor):
+    """Written here rather than taken from opentelemetry-instrumentation-grpc, whose aio
+    wrappers cannot wrap grpc.health's coroutine Watch; these cost a span and a propagation
+    per call (bench scenario 10)."""
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        handler = await continuation(details)
+        if (
+            handler is None
+            or handler.unary_unary is None
+            or details.method.startswith("/" + _HEALTH)
+        ):
+            return handler
+        inner: Any = handler.unary_unary
+        name = details.method
+        attributes = _rpc_attributes(name)
+
+        async def traced(request: Any, context: Any) -> Any:
+            carrier = {key: value for key, value in context.invocation_metadata() or ()}
+            with _tracer().start_as_current_span(
+                name,
+                context=propagate.extract(carrier),
+                kind=trace.SpanKind.SERVER,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                failed = True
+                try:
+                    reply = await inner(request, context)
+                    failed = False
+                    return reply
+                finally:
+                    code = context.code()
+                    span.set_attribute(
+                        "rpc.grpc.status_code", _grpc_code(code) if code or failed else 0
+                    )
+                    if failed or (code and code != grpc.StatusCode.OK):
+                        span.set_status(trace.StatusCode.ERROR)
+
+        return grpc.unary_unary_rpc_method_handler(
+            traced,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+class _ClientSpans(grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(
+        self, continuation: Any, client_call_details: Any, request: Any
+    ) -> Any:
+        name = client_call_details.method
+        name = name.decode() if isinstance(name, bytes) else name
+        with _tracer().start_as_current_span(
+            name,
+            kind=trace.SpanKind.CLIENT,
+            attributes=_rpc_attributes(name),
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            details = grpc.aio.ClientCallDetails(
+                client_call_details.method,
+                client_call_details.timeout,
+                grpc.aio.Metadata(*(client_call_details.metadata or ()), *carrier.items()),
+                client_call_details.credentials,
+                client_call_details.wait_for_ready,
+            )
+            call = await continuation(details, request)
+            try:
+                reply = await call
+            except grpc.aio.AioRpcError as error:
+                span.set_attribute("rpc.grpc.status_code", _grpc_code(error.code()))
+                span.set_status(trace.StatusCode.ERROR)
+                raise
+            span.set_attribute("rpc.grpc.status_code", 0)
+            return reply
+
+
+class HttpSpans:
+    """A server span per HTTP request, continuing a caller's W3C traceparent; named for the
+    method until the app names it for its route (services/gateway/metrics.py)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        carrier = {
+            key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]
+        }
+        method = scope["method"]
+        with _tracer().start_as_current_span(
+            method,
+            context=propagate.extract(carrier),
+            kind=trace.SpanKind.SERVER,
+            attributes={"http.request.method": method, "url.path": scope["path"]},
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+
+            async def sending(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    status = int(message["status"])
+                    span.set_attribute("http.response.status_code", status)
+                    if status >= 500:
+                        span.set_status(trace.StatusCode.ERROR)
+                await send(message)
+
+            await self.app(scope, receive, sending)
 
 
 def annotate(attributes: Mapping[str, Any]) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import platform
 
 
+@functools.cache
 def ragd_version() -> str:
+    # Cached: importlib.metadata reads the installed distributions each time (milliseconds).
     try:
         return importlib.metadata.version("ragd")
     except importlib.metadata.PackageNotFoundError:

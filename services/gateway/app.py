@@ -112,17 +112,7 @@ ROUTES = [
 def tracing_middleware() -> list[Middleware]:
     """A server span per request (outermost, so it covers the rest) when tracing is on;
     HttpMetrics names it after the route template once routing found one."""
-    if not tracing.enabled():
-        return []
-    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
-
-    return [
-        Middleware(
-            OpenTelemetryMiddleware,
-            exclude_spans=["receive", "send"],
-            default_span_details=lambda scope: (scope.get("method", "HTTP"), {}),
-        )
-    ]
+    return [Middleware(tracing.HttpSpans)] if tracing.enabled() else []
 
 
 def create_app(config: GatewayConfig) -> Starlette:
