@@ -194,20 +194,36 @@ def test_json_logs_one_object_a_line(own_stack: Stack, searched: str) -> None:
 def test_ragd_audit_lists_who_did_what(own_stack: Stack, searched: str) -> None:
     runner = CliRunner()
     base = ["--url", own_stack.gateway_url, "--api-key", KEY, "audit"]
+    assert httpx.get(own_stack.gateway_url + "/v1/files").status_code == 401
     deadline = time.monotonic() + 10
     while True:
         listed = runner.invoke(cli, [*base, "--since", "1h", "--json"])
         assert listed.exit_code == 0, listed.output
         entries = json.loads(listed.output)
-        if sum(entry["operation"] == "search" for entry in entries) >= 2:
+        searched_twice = sum(entry["operation"] == "search" for entry in entries) >= 2
+        if searched_twice and any(e["error_code"] == "invalid_api_key" for e in entries):
             break
         assert time.monotonic() < deadline, entries
         time.sleep(0.2)
-    assert {entry["vector_store_id"] for entry in entries} == {searched}
-    assert {entry["detail"] for entry in entries if entry["operation"] == "search"} == {
-        "hybrid",
-        "vector",
-    }
+    searches = [entry for entry in entries if entry["operation"] == "search"]
+    assert {entry["detail"] for entry in searches} == {"hybrid", "vector"}
+    assert {entry["vector_store_id"] for entry in searches} == {searched}
+    # Every request is there, by key, with a failed one's error code.
+    keyed = [
+        e for e in entries if e["operation"] != "ingest" and e["error_code"] != "invalid_api_key"
+    ]
+    assert {entry["key"] for entry in keyed} == {"bootstrap"}
+    # ... and an anonymous attempt, refused.
+    (refused,) = [e for e in entries if e["error_code"] == "invalid_api_key"]
+    assert refused["key"] is None and refused["detail"] == "GET /v1/files 401"
+    (missing,) = [entry for entry in entries if entry["vector_store_id"] == "vs_nothing_here"]
+    assert missing["operation"] == "read" and missing["error_code"] == "not_found"
+    assert missing["detail"] == "GET /v1/vector_stores/{store_id} 404"
+    assert any(
+        e["operation"] == "write" and e["detail"].startswith("POST /v1/files ") for e in entries
+    )
+    only = runner.invoke(cli, [*base, "--key", "nobody", "--json"])
+    assert json.loads(only.output) == []
     ingests = runner.invoke(cli, [*base, "--op", "ingest", "-n", "seen"], env={"COLUMNS": "200"})
     assert ingests.exit_code == 0, ingests.output
     assert ingests.output.count("ingest") == 2 and searched in ingests.output

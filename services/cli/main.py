@@ -455,6 +455,7 @@ def _duration(text: str) -> float:
 @click.option("--since", help="Only this recent: 90s, 15m, 1h, 7d.")
 @click.option("--op", "operation", type=click.Choice(AUDIT_OPERATIONS), help="One operation.")
 @click.option("-n", "--name", "store", help="One index: its name or id.")
+@click.option("--key", help="One API key, by name (bootstrap: the RAGD_API_KEYS keys).")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True)
 @json_option
 @click.pass_obj
@@ -463,16 +464,18 @@ def audit_command(
     since: str | None,
     operation: str | None,
     store: str | None,
+    key: str | None,
     limit: int,
     as_json: bool,
 ) -> None:
-    """Who did what: the audit log of searches and ingests, newest first."""
+    """Who did what: every request's key, operation, vector store, outcome and time, and
+    every ingest, newest first."""
     after = time.time() - _duration(since) if since else 0.0
     with settings.rest() as rest:
         store_id = rest.resolve(store).id if store else ""
         try:
             entries = rest.audit(
-                operation=operation or "", store=store_id, since=after, limit=limit
+                operation=operation or "", store=store_id, key=key or "", since=after, limit=limit
             )
         except NotFound as error:
             raise _admin_missing(error) from None

@@ -36,7 +36,8 @@ def when(seconds: int) -> str:
 
 def audit_table(entries: Sequence[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("TIME", "OPERATION", "VECTOR STORE", "RESULTS", "MS", "DETAIL"):
+    for column in ("TIME", "KEY", "OPERATION", "VECTOR STORE", "RESULTS", "TOKENS", "MS",
+                   "DETAIL"):  # fmt: skip
         wide = column in ("DETAIL", "VECTOR STORE")
         table.add_column(
             column,
@@ -49,18 +50,22 @@ def audit_table(entries: Sequence[dict[str, Any]]) -> Table:
         detail = str(entry.get("detail") or "")
         if entry.get("degraded"):
             detail = f"degraded {detail}".strip()
+        if entry.get("error_code"):
+            detail = f"{detail} [{entry['error_code']}]"
         table.add_row(
             moment.strftime("%Y-%m-%d %H:%M:%S"),
+            escape(str(entry.get("key") or "-")),
             str(entry["operation"]),
             str(entry.get("vector_store_id") or "-"),
             f"{entry.get('result_count', 0):,}",
+            f"{entry.get('embedded_tokens', 0):,}",
             f"{float(entry.get('latency_ms', 0)):.1f}",
             escape(detail),
         )
     return table
 
 
-_RIGHT: dict[str, Literal["right"]] = {"RESULTS": "right", "MS": "right"}
+_RIGHT: dict[str, Literal["right"]] = {"RESULTS": "right", "TOKENS": "right", "MS": "right"}
 
 
 def keys_table(keys: Sequence[dict[str, Any]]) -> Table:

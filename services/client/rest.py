@@ -277,7 +277,13 @@ class RestClient:
         return result
 
     def audit(
-        self, *, operation: str = "", store: str = "", since: float = 0.0, limit: int = 100
+        self,
+        *,
+        operation: str = "",
+        store: str = "",
+        key: str = "",
+        since: float = 0.0,
+        limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Audit entries newest first, paging back until `limit` entries or `since` (a Unix
         time) is passed."""
@@ -287,6 +293,8 @@ class RestClient:
             params["operation"] = operation
         if store:
             params["store"] = store
+        if key:
+            params["key"] = key
         while len(found) < limit:
             page = self.request("GET", "/admin/audit", params=params)
             entries = [entry for entry in page["data"] if entry["at"] >= since]

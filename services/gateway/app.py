@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from services.common import tracing
 from services.gateway import ingest_server
 from services.gateway.attach import Attacher
-from services.gateway.audit import AuditLog
+from services.gateway.audit import AuditLog, AuditMiddleware
 from services.gateway.auth import ApiKeyMiddleware
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import EmbedderClient, open_channel, store_stub
@@ -205,6 +205,7 @@ def create_app(config: GatewayConfig) -> Starlette:
         middleware=[
             *tracing_middleware(),
             Middleware(HttpMetrics),
+            Middleware(AuditMiddleware),
             Middleware(ApiKeyMiddleware),
         ],
         exception_handlers=EXCEPTION_HANDLERS,

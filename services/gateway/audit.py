@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import deque
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.gateway.clients import Store
 from services.gateway.errors import ApiError, is_transient
+from services.gateway.keys import store_in_path
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -46,6 +51,9 @@ class AuditLog:
         degraded: bool = False,
         detail: str = "",
         at: float | None = None,
+        key_name: str = "",
+        embedded_tokens: int = 0,
+        error_code: str = "",
     ) -> None:
         if len(self._pending) == self._pending.maxlen:
             self.dropped += 1
@@ -59,6 +67,9 @@ class AuditLog:
                 result_count=result_count,
                 degraded=degraded,
                 detail=detail,
+                key_name=key_name,
+                embedded_tokens=embedded_tokens,
+                error_code=error_code,
             )
         )
 
@@ -96,3 +107,67 @@ class AuditLog:
         while True:
             await asyncio.sleep(self._flush_seconds)
             await self.flush()
+
+
+# What a route adds to its request's audit entry (operation, k, result_count, degraded,
+# detail, embedded_tokens, collection_id), and a failed request's error code.
+AUDIT_INFO = "ragd.audit"
+ERROR_CODE = "ragd.error_code"
+_AUDITED = ("/v1", "/admin")
+
+
+class AuditMiddleware:
+    """One audit entry per /v1 and /admin request: who (the key's name), what (the route's
+    operation, or read/write by method), on which vector store, how it went (status, OpenAI's
+    error code), how long it took. Routes with more to say (searches, embeddings) put it in
+    the scope under AUDIT_INFO. Outside the key check, so refusals are recorded too."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not path.startswith(_AUDITED) or path == "/admin/audit":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        at = time.time()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif status >= 400 and message["type"] == "http.response.body":
+                # An error's body is one small JSON object in OpenAI's shape: its code.
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    scope[ERROR_CODE] = str(json.loads(message["body"])["error"]["code"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            _record(scope, status, at, (time.perf_counter() - started) * 1000)
+
+
+def _record(scope: Scope, status: int, at: float, latency_ms: float) -> None:
+    deps: Any = scope.get("state", {}).get("services")
+    if deps is None:
+        return
+    info: dict[str, Any] = scope.get(AUDIT_INFO, {})
+    method, route = scope["method"], scope.get("route_template", scope["path"])
+    who = scope.get("ragd.principal")
+    error_code = scope.get(ERROR_CODE) or (f"http_{status}" if status >= 400 else "")
+    deps.audit.record(
+        info.get("operation") or ("read" if method in ("GET", "HEAD") else "write"),
+        info.get("collection_id") or store_in_path(scope["path"]) or "",
+        latency_ms=latency_ms,
+        k=info.get("k", 0),
+        result_count=info.get("result_count", 0),
+        degraded=info.get("degraded", False),
+        detail=info.get("detail") or f"{method} {route} {status}",
+        at=at,
+        key_name=who.name if who is not None else "",
+        embedded_tokens=info.get("embedded_tokens", 0),
+        error_code=error_code if status >= 400 else "",
+    )

@@ -49,6 +49,8 @@ class GatewayConfig:
     # host:port of a second, unauthenticated /metrics endpoint (port 0: any free one); unset:
     # /metrics on the REST port only.
     metrics_listen: str | None = None
+    # The audit log records search queries' text (off: who searched which store, not what).
+    audit_queries: bool = False
     # openai-poll-after-ms on objects clients poll (a file's or a batch's ingest).
     poll_after_ms: int = 500
     # Ask the store for vectors of texts already embedded with this exact model before
@@ -92,6 +94,7 @@ class GatewayConfig:
             log_level=env.str("LOG_LEVEL", cls.log_level),
             metrics_listen=env.optional("METRICS_LISTEN"),
             poll_after_ms=env.int("POLL_AFTER_MS", cls.poll_after_ms, minimum=1),
+            audit_queries=env.bool("AUDIT_QUERIES", cls.audit_queries),
             embed_cache=env.bool("EMBED_CACHE", cls.embed_cache),
             service_token=service_token(env),
             tls=TlsFiles.from_env(env),

@@ -117,13 +117,14 @@ OPERATIONS: dict[Endpoint, Operation] = {
     admin.vacuum: Operation("Reclaim the space of deleted data", "VacuumResult"),
     admin.stats: Operation("Global and per vector store statistics", "Stats"),
     admin.audit: Operation(
-        "Audit log of ingest and search calls, newest first",
+        "Audit log of requests and ingests, newest first",
         "AuditList",
         query=[
             _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
             _query("operation", {"enum": list(v.AUDIT_OPERATIONS)}),
             _query("store", {"type": "string"}, "a vector store id"),
             _query("before", {"type": "integer", "minimum": 0}, "an entry id"),
+            _query("key", {"type": "string"}, "an API key's name"),
         ],
     ),
     embeddings.embeddings: Operation("Create embeddings", "EmbeddingList", "EmbeddingRequest"),

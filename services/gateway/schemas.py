@@ -588,6 +588,9 @@ SCHEMAS: dict[str, Schema] = {
         result_count=COUNT,
         degraded=BOOL,
         detail=STRING,
+        key=nullable(STRING),
+        embedded_tokens=COUNT,
+        error_code=nullable(STRING),
     ),
     "AuditList": obj(
         ["object", "data", "has_more", "last_id"],

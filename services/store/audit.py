@@ -26,8 +26,9 @@ DEFAULT_RETENTION_DAYS = 30
 PRUNE_INTERVAL_SECONDS = 300
 PRUNE_BATCH = 10_000
 _DAY_SECONDS = 86400
-# id, at, operation, collection_id, k, latency_ms, result_count, degraded, detail
-_Row = tuple[int, float, str, str, int, float, int, int, str]
+# id, at, operation, collection_id, k, latency_ms, result_count, degraded, detail, key_name,
+# embedded_tokens, error_code
+_Row = tuple[int, float, str, str, int, float, int, int, str, str, int, str]
 
 
 def _check(entry: AuditEntry, index: int) -> None:
@@ -55,7 +56,8 @@ def record(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> int:
     with atomic(conn):
         conn.executemany(
             "INSERT INTO audit_log (at, operation, collection_id, k, latency_ms, result_count,"
-            " degraded, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " degraded, detail, key_name, embedded_tokens, error_code)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     entry.at,
@@ -66,6 +68,9 @@ def record(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> int:
                     entry.result_count,
                     int(entry.degraded),
                     entry.detail[:MAX_DETAIL],
+                    entry.key_name[:64],
+                    entry.embedded_tokens,
+                    entry.error_code[:64],
                 )
                 for entry in entries
             ],
@@ -95,6 +100,7 @@ def list_page(
     operation: str | None,
     collection_id: str | None,
     before_id: int | None,
+    key_name: str | None = None,
 ) -> Page[AuditEntry]:
     """Newest first; `before_id` pages on from the last entry of the previous page."""
     if not 1 <= limit <= MAX_LIST_LIMIT:
@@ -111,6 +117,9 @@ def list_page(
     if collection_id:
         conditions.append("collection_id = ?")
         params.append(collection_id)
+    if key_name:
+        conditions.append("key_name = ?")
+        params.append(key_name)
     if before_id:
         conditions.append("id < ?")
         params.append(before_id)
@@ -120,7 +129,8 @@ def list_page(
             list[_Row],
             conn.execute(
                 "SELECT id, at, operation, collection_id, k, latency_ms, result_count, degraded,"
-                f" detail FROM audit_log {where} ORDER BY id DESC LIMIT ?",
+                " detail, key_name, embedded_tokens, error_code"
+                f" FROM audit_log {where} ORDER BY id DESC LIMIT ?",
                 (*params, limit + 1),
             ).fetchall(),
         )
@@ -135,6 +145,9 @@ def list_page(
             result_count=row[6],
             degraded=bool(row[7]),
             detail=row[8],
+            key_name=row[9],
+            embedded_tokens=row[10],
+            error_code=row[11],
         )
         for row in rows[:limit]
     ]

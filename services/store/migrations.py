@@ -364,7 +364,8 @@ def _v9_fulltext_per_collection(conn: apsw.Connection) -> None:
 
 
 # API keys as records (services/store/keys.py): only a key's sha256 is kept, never the key;
-# usage counters since creation, and per UTC day for daily token limits.
+# usage counters since creation, and per UTC day for daily token limits. Audit entries name
+# the key, the tokens embedded and a failed request's error code.
 _V10_API_KEYS = """
 CREATE TABLE api_keys (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -383,6 +384,10 @@ CREATE TABLE api_keys (
     embedded_tokens INTEGER NOT NULL DEFAULT 0,
     bytes_stored    INTEGER NOT NULL DEFAULT 0
 ) STRICT;
+ALTER TABLE audit_log ADD COLUMN key_name TEXT NOT NULL DEFAULT '';
+ALTER TABLE audit_log ADD COLUMN embedded_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE audit_log ADD COLUMN error_code TEXT NOT NULL DEFAULT '';
+CREATE INDEX audit_log_key ON audit_log (key_name, id);
 CREATE TABLE api_key_days (
     key_id          INTEGER NOT NULL REFERENCES api_keys (id) ON DELETE CASCADE,
     -- Days since the Unix epoch, UTC.

@@ -228,7 +228,7 @@ class ClaimedJob:
 class AuditEntry:
     # Unix seconds (fractional) when the call was made.
     at: float
-    # "search" or "ingest".
+    # "search", "ingest", "embeddings", "read" or "write".
     operation: str
     # Public vector store id.
     collection_id: str = ""
@@ -240,6 +240,10 @@ class AuditEntry:
     detail: str = ""
     # Assigned by the store; 0 before the entry is recorded.
     id: int = 0
+    key_name: str = ""
+    embedded_tokens: int = 0
+    # OpenAI's error code of a failed request; "" when it succeeded.
+    error_code: str = ""
 
 
 @dataclass(frozen=True)

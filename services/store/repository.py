@@ -600,6 +600,7 @@ class Repository:
         operation: str | None = None,
         collection_id: str | None = None,
         before_id: int | None = None,
+        key_name: str | None = None,
     ) -> Page[AuditEntry]:
         return audit.list_page(
             self._conn(),
@@ -607,6 +608,7 @@ class Repository:
             operation=operation,
             collection_id=collection_id,
             before_id=before_id,
+            key_name=key_name,
         )
 
     # The whole database

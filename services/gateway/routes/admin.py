@@ -172,6 +172,7 @@ async def audit(request: Request) -> JSONResponse:
             operation=operation,
             collection_id=request.query_params.get("store", ""),
             before_id=query_int(request, "before", 0, 0, 2**62),
+            key_name=request.query_params.get("key", ""),
         ),
     )
     data = [
@@ -185,6 +186,9 @@ async def audit(request: Request) -> JSONResponse:
             "result_count": entry.result_count,
             "degraded": entry.degraded,
             "detail": entry.detail,
+            "key": entry.key_name or None,
+            "embedded_tokens": entry.embedded_tokens,
+            "error_code": entry.error_code or None,
         }
         for entry in reply.entries
     ]

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 
 from services.common import tracing
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
+from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import principal
 from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.errors import InvalidRequest, invalid
@@ -121,6 +122,12 @@ async def embeddings(request: Request) -> JSONResponse:
     who = principal(request.scope)
     if who is not None:
         deps.key_usage.add_tokens(who.name, tokens)
+    request.scope[AUDIT_INFO] = {
+        "operation": "embeddings",
+        "embedded_tokens": tokens,
+        "result_count": len(data),
+        "detail": result.model or info.name,
+    }
     tracing.annotate(
         {
             "gen_ai.operation.name": "embeddings",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from services.common.vocabulary import (
 from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
 from services.gateway.attributes import attributes_python
+from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import principal
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
@@ -215,15 +217,17 @@ async def search_vector_store(request: Request) -> JSONResponse:
             "ragd.search.results": len(data),
         }
     )
-    deps.audit.record(
-        "search",
-        asked.store_id,
-        latency_ms=elapsed * 1000,
-        k=asked.k,
-        result_count=len(data),
-        degraded=found.degraded,
-        detail=found.mode,
-    )
+    detail = found.mode
+    if deps.config.audit_queries:
+        detail = f"{found.mode} {json.dumps(list(asked.queries), ensure_ascii=False)}"
+    request.scope[AUDIT_INFO] = {
+        "operation": "search",
+        "collection_id": asked.store_id,
+        "k": asked.k,
+        "result_count": len(data),
+        "degraded": found.degraded,
+        "detail": detail,
+    }
     return JSONResponse(
         {
             "object": "vector_store.search_results.page",

@@ -251,6 +251,9 @@ def audit_entry_from_message(message: pb.AuditEntry) -> AuditEntry:
         result_count=message.result_count,
         degraded=message.degraded,
         detail=message.detail,
+        key_name=message.key_name,
+        embedded_tokens=message.embedded_tokens,
+        error_code=message.error_code,
     )
 
 
@@ -265,6 +268,9 @@ def audit_entry_message(entry: AuditEntry) -> pb.AuditEntry:
         result_count=entry.result_count,
         degraded=entry.degraded,
         detail=entry.detail,
+        key_name=entry.key_name,
+        embedded_tokens=entry.embedded_tokens,
+        error_code=entry.error_code,
     )
 
 

@@ -71,6 +71,7 @@ class OperationsRpcs(RpcBase):
                 operation=request.operation or None,
                 collection_id=request.collection_id or None,
                 before_id=request.before_id or None,
+                key_name=request.key_name or None,
             ),
         )
         return pb.ListAuditResponse(
