@@ -14,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from services.cli.main import cli
+from services.client.errors import ClientError, Unauthenticated
+from services.client.ingest import Document, IngestClient, Summary
 from services.launcher import Stack
 from tests.harness import document, started_stack
 
@@ -178,3 +180,37 @@ def test_an_open_stack_closes_once_it_holds_a_key(tmp_path_factory: pytest.TempP
             assert anyone.get("/v1/vector_stores").status_code == 401
         with client(stack, made["key"]) as revoked:
             assert revoked.get("/v1/vector_stores").status_code == 401
+
+
+def test_the_grpc_ingest_door_takes_stored_keys_by_scope(
+    own_stack: Stack, stores: tuple[str, str]
+) -> None:
+    mine, _ = stores
+    bodies: dict[str, dict[str, Any]] = {
+        "grpc-writer": {"scope": "write"},
+        "grpc-reader": {"scope": "read"},
+        "grpc-limited": {"scope": "write", "vector_stores": [mine]},
+    }
+    with client(own_stack, ADMIN) as admin:
+        made = {
+            name: ok(admin.post("/admin/keys", json={"name": name, **body}))["key"]
+            for name, body in bodies.items()
+        }
+    with IngestClient(own_stack.ingest_target, made["grpc-writer"]) as writer:
+        events = list(writer.ingest([Document("g.txt", text="sent over gRPC")], vector_store=mine))
+    summary = events[-1]
+    assert isinstance(summary, Summary) and summary.completed == 1
+    with IngestClient(own_stack.ingest_target, made["grpc-reader"]) as reader:
+        assert reader.info().dimensions == 384
+        with pytest.raises(ClientError, match=r"PERMISSION_DENIED.*read scope"):
+            list(reader.ingest([Document("r.txt", text="no")], vector_store=mine))
+    with (
+        IngestClient(own_stack.ingest_target, made["grpc-limited"]) as limited,
+        pytest.raises(ClientError, match=r"PERMISSION_DENIED.*limited to some vector stores"),
+    ):
+        list(limited.ingest([Document("l.txt", text="no")], vector_store=mine))
+    with (
+        IngestClient(own_stack.ingest_target, "rk-not-a-key") as wrong,
+        pytest.raises(Unauthenticated, match="invalid API key"),
+    ):
+        wrong.info()

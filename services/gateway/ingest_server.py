@@ -16,7 +16,7 @@ import grpc
 
 from services.common.grpc_server import MAX_MESSAGE_BYTES, Context, add_health, set_serving
 from services.common.metrics import MetricsInterceptor
-from services.common.security import BearerAuth
+from services.common.security import AUTHORIZATION
 from services.common.tracing import server_interceptors
 from services.gateway import errors
 from services.gateway.bulk import Document, IngestSession, Progress, State, Summary
@@ -121,11 +121,55 @@ def _response(event: Progress | Summary) -> pb.IngestResponse:
     return pb.IngestResponse(document=progress)
 
 
+def _bearer(context: Context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == AUTHORIZATION:
+            text = value if isinstance(value, str) else value.decode("latin-1")
+            scheme, _, token = text.partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return ""
+
+
 class IngestServicer(ingest_pb2_grpc.IngestServicer):
     def __init__(self, deps: Services) -> None:
         self._deps = deps
 
+    async def _authorize(self, context: Context, scope: str, stream: bool = False) -> None:
+        """The REST API's keys and rules on this door: `authorization: Bearer <key>`
+        metadata, the scope, the per-minute limit; aborts the call otherwise."""
+        keys = self._deps.keys
+        try:
+            if not await keys.required():
+                return
+            token = _bearer(context)
+            who = await keys.identify(token) if token else None
+            if who is None:
+                raise errors.Unauthenticated(
+                    "missing API key: send the metadata 'authorization: Bearer <key>'"
+                    if not token
+                    else "invalid API key"
+                )
+            if not who.allows(scope):
+                raise errors.PermissionDenied(
+                    f"the API key {who.name!r} has the {who.scope} scope; this call needs {scope}"
+                )
+            if stream and who.vector_stores:
+                raise errors.PermissionDenied(
+                    f"the API key {who.name!r} is limited to some vector stores; bulk ingest "
+                    "takes keys that reach every vector store"
+                )
+            wait = self._deps.rate_limits.check(who)
+            if wait is not None:
+                raise errors.Overloaded(
+                    f"the API key {who.name!r} is limited to {who.requests_per_minute} "
+                    f"requests per minute; retry in {wait} s"
+                )
+            self._deps.key_usage.count(who.name)
+        except errors.ApiError as error:
+            await context.abort(status_for(error), error.message)
+
     async def Info(self, request: pb.InfoRequest, context: Context) -> pb.InfoResponse:
+        await self._authorize(context, "read")
         try:
             model = await self._deps.embedder.info()
         except errors.ApiError as error:
@@ -145,6 +189,8 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         request_iterator: AsyncIterator[pb.IngestRequest],
         context: Context,
     ) -> AsyncIterator[pb.IngestResponse]:
+        await self._authorize(context, "write", stream=True)
+
         async def documents() -> AsyncIterator[Document]:
             async for request in request_iterator:
                 yield _document(request)
@@ -162,12 +208,8 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
 async def create_server(config: GatewayConfig, deps: Services) -> tuple[grpc.aio.Server, int]:
     """Starts the ingest server on config.ingest_listen; SERVING once it listens."""
     server = grpc.aio.server(
-        # The REST API's keys, as `authorization: Bearer <key>` metadata.
-        interceptors=[
-            *server_interceptors(),
-            MetricsInterceptor(),
-            BearerAuth(config.api_keys, "API key", "key"),
-        ],
+        # The REST API's keys are checked by the servicer (they live in the store).
+        interceptors=[*server_interceptors(), MetricsInterceptor()],
         options=[
             # A document may be as large as an upload; the stream's window bounds how many wait.
             (
