@@ -121,6 +121,12 @@ def test_a_read_key_limited_to_one_store(own_stack: Stack, stores: tuple[str, st
         time.sleep(0.2)
     # Only requests let through count (the refused search of the other store does not).
     assert usage["searches"] == 1 and usage["requests"] == 5
+    # The audit log names the key on what it did, and on what it was refused.
+    audited = json.loads(
+        runner.invoke(cli, [*base[:-1], "audit", "--key", "reader", "--json"]).output
+    )
+    codes = {entry["error_code"] for entry in audited}
+    assert {None, "not_found", "permission_denied", "rate_limit_exceeded"} <= codes
     table = runner.invoke(cli, [*base, "list"], env={"COLUMNS": "200"})
     assert "reader" in table.output and mine in table.output
     revoked = runner.invoke(cli, [*base, "revoke", "reader"])

@@ -65,11 +65,12 @@ class ApiKeyMiddleware:
             )
             await response(Unauthenticated(message))(scope, receive, send)
             return
+        # Known from here on, refused or not: the audit log names the key.
+        scope[PRINCIPAL] = who
         refusal = refuse(who, scope["method"], scope["path"], deps)
         if refusal is not None:
             await response(refusal)(scope, receive, send)
             return
-        scope[PRINCIPAL] = who
         path = scope["path"]
         deps.key_usage.count(who.name, searches=int(path.endswith("/search")))
         await self.app(scope, receive, send)
