@@ -8,6 +8,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -232,3 +233,23 @@ def test_ragd_audit_lists_who_did_what(own_stack: Stack, searched: str) -> None:
     assert bad.exit_code == 2
     anonymous = runner.invoke(cli, ["--url", own_stack.gateway_url, "audit"])
     assert anonymous.exit_code == 5, anonymous.output
+
+
+def test_the_grafana_dashboard_asks_only_for_metrics_ragd_exposes(
+    own_stack: Stack, api: httpx.Client, searched: str
+) -> None:
+    dashboard = json.loads((Path(__file__).parent.parent / "deploy/grafana/ragd.json").read_text())
+    wanted = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"ragd_[a-z_]+", target["expr"])
+    }
+    exposed = set()
+    for text in (
+        api.get("/metrics").text,
+        httpx.get(own_stack.metrics_url("embedder")).text,
+        httpx.get(own_stack.metrics_url("store")).text,
+    ):
+        exposed |= {name.partition("{")[0] for name in samples(text)}
+    assert wanted and wanted <= exposed, wanted - exposed
