@@ -8,7 +8,6 @@ with the next batch; a gateway that is killed loses at most the last second's en
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -18,8 +17,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from services.gateway.auth import principal
 from services.gateway.clients import Store
 from services.gateway.errors import ApiError, is_transient
+from services.gateway.flusher import Flusher
 from services.gateway.keys import store_in_path
 from services.pb import store_pb2
 
@@ -30,14 +31,13 @@ MAX_PENDING = 10_000
 MAX_BATCH = 1000
 
 
-class AuditLog:
+class AuditLog(Flusher):
     def __init__(
         self, store: Store, flush_seconds: float = 1.0, max_pending: int = MAX_PENDING
     ) -> None:
+        super().__init__(flush_seconds)
         self._store = store
-        self._flush_seconds = flush_seconds
         self._pending: deque[store_pb2.AuditEntry] = deque(maxlen=max_pending)
-        self._task: asyncio.Task[None] | None = None
         self.dropped = 0
 
     def record(
@@ -73,19 +73,6 @@ class AuditLog:
             )
         )
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        # One last attempt, briefly: shutting down must not hang on an unreachable store.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.flush(), timeout=2.0)
-
     async def flush(self) -> bool:
         """Sends everything queued; False (entries kept) if the store is down."""
         while self._pending:
@@ -102,11 +89,6 @@ class AuditLog:
                 self._pending.extendleft(reversed(batch))
                 return False
         return True
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._flush_seconds)
-            await self.flush()
 
 
 # What a route adds to its request's audit entry (operation, k, result_count, degraded,
@@ -156,7 +138,7 @@ def _record(scope: Scope, status: int, at: float, latency_ms: float) -> None:
         return
     info: dict[str, Any] = scope.get(AUDIT_INFO, {})
     method, route = scope["method"], scope.get("route_template", scope["path"])
-    who = scope.get("ragd.principal")
+    who = principal(scope)
     error_code = scope.get(ERROR_CODE) or (f"http_{status}" if status >= 400 else "")
     deps.audit.record(
         info.get("operation") or ("read" if method in ("GET", "HEAD") else "write"),

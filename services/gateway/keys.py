@@ -9,8 +9,6 @@ within that time on every gateway (at once on the gateway that revoked it).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -21,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from services.gateway.errors import ApiError, NotFound, is_transient
+from services.gateway.flusher import Flusher
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -174,15 +173,15 @@ class _Counts:
     last_used_at: float = 0.0
 
 
-class Usage:
+class Usage(Flusher):
     """Per-key counts, sent to the store about once a second (RecordKeyUsage)."""
 
     def __init__(
         self, send: Callable[[store_pb2.RecordKeyUsageRequest], Awaitable[object]]
     ) -> None:
+        super().__init__()
         self._send = send
         self._counts: dict[str, _Counts] = {}
-        self._task: asyncio.Task[None] | None = None
 
     def count(self, name: str, *, searches: int = 0) -> None:
         counts = self._counts.setdefault(name, _Counts())
@@ -215,6 +214,8 @@ class Usage:
                 if name != BOOTSTRAP
             ]
         )
+        if not request.usages:
+            return  # the bootstrap keys' only: they have no record to count on
         try:
             await self._send(request)
         except ApiError as error:
@@ -225,19 +226,3 @@ class Usage:
                 mine.searches += c.searches
                 mine.embedded_tokens += c.embedded_tokens
                 mine.last_used_at = max(mine.last_used_at, c.last_used_at)
-
-    def start(self) -> None:
-        async def run() -> None:
-            while True:
-                await asyncio.sleep(1.0)
-                await self.flush()
-
-        self._task = asyncio.create_task(run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.flush(), timeout=2.0)
