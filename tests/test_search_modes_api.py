@@ -142,6 +142,22 @@ def test_hybrid_is_the_default_and_scores_stay_in_zero_one(
     assert tops["hybrid"] == pytest.approx(tops["vector"], abs=1e-5)
 
 
+def test_hybrid_results_say_where_each_list_ranked_them(
+    client: httpx.Client, store_id: str
+) -> None:
+    query = "certificate expired E4410"
+    hybrid = search(client, store_id, query=query).json()["data"]
+    lexical = ranking(client, store_id, query, "lexical")
+    assert hybrid[0]["ranks"]["lexical"] == lexical.index("E4410.txt") + 1
+    for hit in hybrid:
+        assert set(hit["ranks"]) == {"vector", "lexical"}
+        assert all(rank is None or rank >= 1 for rank in hit["ranks"].values())
+        assert any(rank is not None for rank in hit["ranks"].values())
+    for mode in ("vector", "lexical"):
+        page = search(client, store_id, query=query, mode=mode).json()
+        assert all("ranks" not in hit for hit in page["data"])
+
+
 @pytest.mark.parametrize("mode", ["lexical", "hybrid"])
 def test_filters_stay_exact_in_every_mode(client: httpx.Client, store_id: str, mode: str) -> None:
     for wanted in TEAMS:

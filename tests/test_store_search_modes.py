@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -307,6 +308,24 @@ def test_hybrid_lifts_the_exact_keyword_match_above_vector_neighbours(repo: Repo
     assert texts(cut) == [target]
 
 
+def test_hybrid_hits_carry_their_rank_in_each_list(repo: Repository) -> None:
+    collection_id, query, target = keyword_corpus(repo)
+    vector = texts(repo.search(collection_id, query, k=50))
+    lexical = texts(
+        repo.search(collection_id, None, k=50, mode="lexical", query_text="frobnicator E1234")
+    )
+    hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
+    for hit in hybrid:
+        assert hit.vector_rank == vector.index(hit.text) + 1
+        expected = lexical.index(hit.text) + 1 if hit.text in lexical else 0
+        assert hit.lexical_rank == expected
+    assert hybrid[0].text == target and hybrid[0].lexical_rank == 1
+    # The other modes have one list: no ranks.
+    assert {(h.vector_rank, h.lexical_rank) for h in repo.search(collection_id, query, k=5)} == {
+        (0, 0)
+    }
+
+
 def test_hybrid_and_lexical_apply_the_filter_to_both_lists(repo: Repository) -> None:
     collection_id, query, target = keyword_corpus(repo)
     storage = Comparison("team", "eq", "storage")
@@ -325,7 +344,7 @@ def test_a_query_without_words_falls_back_to_the_vector_ranking(repo: Repository
     # The vector ranking, a file's later chunks further down (FILE_DECAY).
     near = repo.search(collection_id, query, k=candidate_count(7))
     assert keys(hybrid) == [key for key, _ in fuse(candidates(near), [], 7)]
-    assert hybrid[0] == vector[0]
+    assert hybrid[0] == dataclasses.replace(vector[0], vector_rank=1)
     assert hybrid[0].score == pytest.approx(vector[0].score)
     scores = [hit.score for hit in hybrid]
     assert scores == sorted(scores, reverse=True) and scores[1] < scores[0]

@@ -410,8 +410,7 @@ SCHEMAS: dict[str, Schema] = {
         rewrite_query=BOOL,
         mode={
             "description": "ragd extension: vector (embedding KNN), lexical (bm25 over the "
-            "chunk text, no embedder needed) or hybrid (reciprocal rank fusion of both, "
-            "the default)",
+            "chunk text, no embedder needed) or hybrid (both rankings fused, the default)",
             "enum": list(v.SEARCH_MODES),
             "default": v.DEFAULT_SEARCH_MODE,
         },
@@ -429,6 +428,16 @@ SCHEMAS: dict[str, Schema] = {
         score={"type": "number", "minimum": 0, "maximum": 1},
         attributes={"type": "object", "additionalProperties": ATTRIBUTE},
         content={"type": "array", "items": TEXT_PART},
+        ranks={
+            "description": "ragd extension, hybrid mode: the result's 1-based rank among the "
+            "vector and the lexical candidates (null: not found by that list)",
+            "type": "object",
+            "properties": {
+                "vector": {"type": ["integer", "null"], "minimum": 1},
+                "lexical": {"type": ["integer", "null"], "minimum": 1},
+            },
+            "required": ["vector", "lexical"],
+        },
     ),
     "SearchPage": obj(
         ["object", "search_query", "data", "has_more", "next_page"],

@@ -112,6 +112,10 @@ class SearchHit:
     score: float
     chunk_index: int
     attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    # Hybrid search: the chunk's 1-based rank in the vector and in the lexical candidates
+    # (0: that list did not find it); why a chunk ranks where it does.
+    vector_rank: int = 0
+    lexical_rank: int = 0
 
 
 @dataclass(frozen=True)

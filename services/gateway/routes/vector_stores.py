@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse
 from services.common import tracing
 from services.common.vocabulary import (
     DEFAULT_SEARCH_MODE,
+    HYBRID,
     MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
@@ -203,6 +204,7 @@ async def search_vector_store(request: Request) -> JSONResponse:
             "score": round(float(hit.score), 6),
             "attributes": attributes_python(hit.attributes),
             "content": [{"type": "text", "text": hit.text}],
+            **_ranks(found.mode, hit),
         }
         for hit in found.hits
     ]
@@ -243,6 +245,13 @@ async def search_vector_store(request: Request) -> JSONResponse:
         },
         headers={DEGRADED_HEADER: found.reason} if found.degraded else None,
     )
+
+
+def _ranks(mode: str, hit: store_pb2.SearchHit) -> dict[str, object]:
+    """Extension, hybrid mode: where each list ranked the result (null: not found by it)."""
+    if mode != HYBRID:
+        return {}
+    return {"ranks": {"vector": hit.vector_rank or None, "lexical": hit.lexical_rank or None}}
 
 
 async def reindex_vector_store(request: Request) -> JSONResponse:

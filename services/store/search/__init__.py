@@ -105,6 +105,7 @@ def run(
             exact=exact,
         )
 
+    ranks: dict[int, tuple[int, int]] = {}
     # One snapshot: a hybrid search's two rankings see the same chunks.
     with atomic(conn, write=False):
         key, collection = catalog.lookup(conn, collection_id)
@@ -122,6 +123,20 @@ def run(
                 [hits.Candidate(c, file_of[c], score) for c, score in words if c in file_of],
                 k,
             )
-        found = hits.load(conn, [(chunk, s) for chunk, s in ranked if s >= score_threshold])
+            ranks = _ranks(near, words)
+        kept = [(chunk, s) for chunk, s in ranked if s >= score_threshold]
+        found = hits.load(conn, kept, ranks)
     catalog.touch(conn, key, collection, now)
     return found
+
+
+def _ranks(
+    near: list[tuple[int, float]], words: list[tuple[int, float]]
+) -> dict[int, tuple[int, int]]:
+    """Each candidate's 1-based (vector, lexical) rank, 0 where a list lacks it."""
+    vector_rank = {chunk: rank for rank, (chunk, _) in enumerate(near, start=1)}
+    lexical_rank = {chunk: rank for rank, (chunk, _) in enumerate(words, start=1)}
+    return {
+        chunk: (vector_rank.get(chunk, 0), lexical_rank.get(chunk, 0))
+        for chunk in vector_rank.keys() | lexical_rank.keys()
+    }

@@ -8,7 +8,7 @@ transaction. A hybrid search ranks 2 x 50 candidates but reads the text of 10.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -53,9 +53,14 @@ def files(conn: apsw.Connection, collection: int, keys: Sequence[int]) -> dict[i
     return {cast(int, key): cast(str, file_id) for key, file_id in rows}
 
 
-def load(conn: apsw.Connection, ranked: Sequence[tuple[int, float]]) -> list[SearchHit]:
+def load(
+    conn: apsw.Connection,
+    ranked: Sequence[tuple[int, float]],
+    ranks: Mapping[int, tuple[int, int]] | None = None,
+) -> list[SearchHit]:
     """SearchHits for (chunk key, score) pairs, in their order; keys of chunks that are gone
-    (or whose file is not completed) are left out."""
+    (or whose file is not completed) are left out. `ranks`: a hybrid search's (vector,
+    lexical) rank of each chunk."""
     if not ranked:
         return []
     ids = json.dumps([key for key, _ in ranked])
@@ -67,6 +72,7 @@ def load(conn: apsw.Connection, ranked: Sequence[tuple[int, float]]) -> list[Sea
         if key not in details:
             continue
         _, file_id, chunk_index, text, filename, attributes = details[key]
+        vector_rank, lexical_rank = ranks.get(key, (0, 0)) if ranks else (0, 0)
         hits.append(
             SearchHit(
                 chunk_id=chunk_public_id(key),
@@ -76,6 +82,8 @@ def load(conn: apsw.Connection, ranked: Sequence[tuple[int, float]]) -> list[Sea
                 score=score,
                 chunk_index=chunk_index,
                 attributes=json.loads(attributes),
+                vector_rank=vector_rank,
+                lexical_rank=lexical_rank,
             )
         )
     return hits

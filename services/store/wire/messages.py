@@ -171,6 +171,8 @@ def hit_message(hit: SearchHit) -> pb.SearchHit:
         score=hit.score,
         attributes=_attributes_message(hit.attributes),
         chunk_index=hit.chunk_index,
+        vector_rank=hit.vector_rank,
+        lexical_rank=hit.lexical_rank,
     )
 
 
