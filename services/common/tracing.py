@@ -2,7 +2,8 @@
 standard variables (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; OTLP
 over HTTP). Then each service exports its spans, and the trace context travels as W3C
 `traceparent` in HTTP headers and gRPC metadata, so one REST call is one trace across the
-gateway, the embedder and the store. Off, nothing here costs more than a function call."""
+gateway, the embedder and the store: the request's span with the embedder's and the store's
+server spans under it. Off, nothing here costs more than a function call."""
 
 from __future__ import annotations
 
@@ -59,9 +60,17 @@ def server_interceptors() -> list[Any]:
     return [_ServerSpans()] if enabled() else []
 
 
-def client_interceptors() -> list[Any]:
-    """A client span per unary gRPC call, its context sent along in the metadata."""
-    return [_ClientSpans()] if enabled() else []
+def outgoing() -> tuple[tuple[str, str], ...]:
+    """The current trace context as gRPC metadata (W3C traceparent), () when tracing is off.
+
+    No client span per call: the callee's server span, parented to the caller's span, covers
+    the hop, and on 2 cores each span cost ~0.2 ms of the gateway's CPU (created, ended and
+    encoded), which made a traced search 1.05x slower with them (bench scenario 10)."""
+    if not enabled():
+        return ()
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return tuple(carrier.items())
 
 
 @functools.cache
@@ -123,39 +132,6 @@ class _ServerSpans(grpc.aio.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
-
-
-class _ClientSpans(grpc.aio.UnaryUnaryClientInterceptor):
-    async def intercept_unary_unary(
-        self, continuation: Any, client_call_details: Any, request: Any
-    ) -> Any:
-        name = client_call_details.method
-        name = name.decode() if isinstance(name, bytes) else name
-        with _tracer().start_as_current_span(
-            name,
-            kind=trace.SpanKind.CLIENT,
-            attributes=_rpc_attributes(name),
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            carrier: dict[str, str] = {}
-            propagate.inject(carrier)
-            details = grpc.aio.ClientCallDetails(
-                client_call_details.method,
-                client_call_details.timeout,
-                grpc.aio.Metadata(*(client_call_details.metadata or ()), *carrier.items()),
-                client_call_details.credentials,
-                client_call_details.wait_for_ready,
-            )
-            call = await continuation(details, request)
-            try:
-                reply = await call
-            except grpc.aio.AioRpcError as error:
-                span.set_attribute("rpc.grpc.status_code", _grpc_code(error.code()))
-                span.set_status(trace.StatusCode.ERROR)
-                raise
-            span.set_attribute("rpc.grpc.status_code", 0)
-            return reply
 
 
 class HttpSpans:

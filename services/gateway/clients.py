@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common import tracing
 from services.common.grpc_server import MAX_MESSAGE_BYTES
 from services.common.security import TlsFiles, bearer_metadata
-from services.common.tracing import client_interceptors
 from services.common.vectors import FloatMatrix, from_bytes
 from services.gateway import errors
 from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2_grpc
@@ -136,7 +136,6 @@ def open_channel(
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
     interceptors: list[grpc.aio.ClientInterceptor] = [
-        *client_interceptors(),
         _Translate(service, timeout, token),
         _StreamMetadata(token),
     ]
@@ -233,8 +232,9 @@ class _Translate(grpc.aio.UnaryUnaryClientInterceptor):
         request: Req,
     ) -> Resp | grpc.aio.UnaryUnaryCall[Req, Resp]:
         details = client_call_details
-        if details.timeout is None or self._metadata:
-            metadata = grpc.aio.Metadata(*(details.metadata or ()), *self._metadata)
+        traced = tracing.outgoing()
+        if details.timeout is None or self._metadata or traced:
+            metadata = grpc.aio.Metadata(*(details.metadata or ()), *self._metadata, *traced)
             details = grpc.aio.ClientCallDetails(
                 details.method,
                 self._timeout if details.timeout is None else details.timeout,
@@ -250,8 +250,8 @@ class _Translate(grpc.aio.UnaryUnaryClientInterceptor):
 
 
 class _StreamMetadata(grpc.aio.UnaryStreamClientInterceptor):
-    """The service token on server-streaming calls too; their errors surface while reading,
-    where the caller translates them (from_grpc)."""
+    """The service token and the trace context on server-streaming calls too; their errors
+    surface while reading, where the caller translates them (from_grpc)."""
 
     def __init__(self, token: str | None) -> None:
         self._metadata = (bearer_metadata(token),) if token else ()
@@ -263,11 +263,12 @@ class _StreamMetadata(grpc.aio.UnaryStreamClientInterceptor):
         request: Req,
     ) -> Any:
         details = client_call_details
-        if self._metadata:
+        traced = tracing.outgoing()
+        if self._metadata or traced:
             details = grpc.aio.ClientCallDetails(
                 details.method,
                 details.timeout,
-                grpc.aio.Metadata(*(details.metadata or ()), *self._metadata),
+                grpc.aio.Metadata(*(details.metadata or ()), *self._metadata, *traced),
                 details.credentials,
                 details.wait_for_ready,
             )
