@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from services.cli.main import cli
 from services.client.errors import ClientError, Unauthenticated
-from services.client.ingest import Document, IngestClient, Summary
+from services.client.ingest import Document, IngestClient, Progress, State, Summary
 from services.launcher import Stack
 from tests.harness import document, started_stack
 
@@ -144,7 +144,16 @@ def test_a_write_key_ingests_and_embeds_but_administers_nothing(
     with client(own_stack, made["key"]) as writer:
         store_id = ok(writer.post("/v1/vector_stores", json={"name": "w"}))["id"]
         embedded = ok(writer.post("/v1/embeddings", json={"input": "four words of text"}))
-        assert embedded["usage"]["prompt_tokens"] >= 4
+        tokens = embedded["usage"]["prompt_tokens"]
+        assert tokens >= 4
+        # Query tokens count too, and the bytes of the files it stores.
+        ok(writer.post(f"/v1/vector_stores/{stores[0]}/search", json={"query": "four words"}))
+        content = b"a file of the writer"
+        ok(
+            writer.post(
+                "/v1/files", files={"file": ("w.txt", content)}, data={"purpose": "assistants"}
+            )
+        )
         assert writer.post("/admin/backup", json={}).status_code == 403
         assert writer.get("/metrics").status_code == 403
         assert ok(writer.delete(f"/v1/vector_stores/{store_id}"))["deleted"]
@@ -152,11 +161,13 @@ def test_a_write_key_ingests_and_embeds_but_administers_nothing(
         deadline = time.monotonic() + 10
         while True:
             (key,) = [k for k in ok(admin.get("/admin/keys"))["data"] if k["name"] == "writer"]
-            if key["usage"]["embedded_tokens"]:
+            if key["usage"]["bytes_stored"] and key["usage"]["searches"]:
                 break
             assert time.monotonic() < deadline, key
             time.sleep(0.2)
-        assert key["usage"]["embedded_tokens_today"] == key["usage"]["embedded_tokens"] >= 4
+        assert key["usage"]["embedded_tokens_today"] == key["usage"]["embedded_tokens"]
+        assert key["usage"]["embedded_tokens"] > tokens  # the embeddings and the search's query
+        assert key["usage"]["bytes_stored"] == len(content)
         assert "key" not in key
         bad = admin.post("/admin/keys", json={"name": "writer", "scope": "read"})
         assert bad.status_code == 409
@@ -191,7 +202,7 @@ def test_an_open_stack_closes_once_it_holds_a_key(tmp_path_factory: pytest.TempP
 def test_the_grpc_ingest_door_takes_stored_keys_by_scope(
     own_stack: Stack, stores: tuple[str, str]
 ) -> None:
-    mine, _ = stores
+    mine, theirs = stores
     bodies: dict[str, dict[str, Any]] = {
         "grpc-writer": {"scope": "write"},
         "grpc-reader": {"scope": "read"},
@@ -210,11 +221,26 @@ def test_the_grpc_ingest_door_takes_stored_keys_by_scope(
         assert reader.info().dimensions == 384
         with pytest.raises(ClientError, match=r"PERMISSION_DENIED.*read scope"):
             list(reader.ingest([Document("r.txt", text="no")], vector_store=mine))
-    with (
-        IngestClient(own_stack.ingest_target, made["grpc-limited"]) as limited,
-        pytest.raises(ClientError, match=r"PERMISSION_DENIED.*limited to some vector stores"),
-    ):
-        list(limited.ingest([Document("l.txt", text="no")], vector_store=mine))
+    # A key limited to some stores ingests into those; another store is as unknown to it as
+    # a store that does not exist.
+    mine_doc = Document("l.txt", text="limited but allowed", vector_store=mine)
+    theirs_doc = Document("t.txt", text="not for this key", vector_store=theirs)
+    with IngestClient(own_stack.ingest_target, made["grpc-limited"]) as limited:
+        events = list(limited.ingest([mine_doc, theirs_doc]))
+    outcome = {e.ref or e.position: e for e in events if isinstance(e, Progress) and e.final}
+    assert outcome[0].state is State.COMPLETED
+    assert (outcome[1].state, outcome[1].error_code) == (State.FAILED, "not_found")
+    assert f"no vector store has the id or name '{theirs}'" in outcome[1].error_message
+    # The bytes it stored are counted (sent to the store about once a second).
+    with client(own_stack, ADMIN) as admin:
+        deadline = time.monotonic() + 10
+        while True:
+            names = {k["name"]: k for k in ok(admin.get("/admin/keys"))["data"]}
+            if names["grpc-limited"]["usage"]["bytes_stored"]:
+                break
+            assert time.monotonic() < deadline, names["grpc-limited"]
+            time.sleep(0.2)
+        assert names["grpc-limited"]["usage"]["bytes_stored"] == len(mine_doc.text or "")
     with (
         IngestClient(own_stack.ingest_target, "rk-not-a-key") as wrong,
         pytest.raises(Unauthenticated, match="invalid API key"),

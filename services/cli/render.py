@@ -71,7 +71,7 @@ _RIGHT: dict[str, Literal["right"]] = {"RESULTS": "right", "TOKENS": "right", "M
 def keys_table(keys: Sequence[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NAME", "SCOPE", "STORES", "RPM", "TOKENS/DAY", "REQUESTS", "SEARCHES",
-                   "TOKENS", "TODAY", "LAST USED", "REVOKED"):  # fmt: skip
+                   "TOKENS", "TODAY", "STORED", "LAST USED", "REVOKED"):  # fmt: skip
         table.add_column(column, overflow="fold")
     for key in keys:
         usage = key["usage"]
@@ -85,6 +85,7 @@ def keys_table(keys: Sequence[dict[str, Any]]) -> Table:
             f"{usage['searches']:,}",
             f"{usage['embedded_tokens']:,}",
             f"{usage['embedded_tokens_today']:,}",
+            size(usage.get("bytes_stored", 0)),
             when(key["last_used_at"] or 0),
             when(key["revoked_at"] or 0),
         )

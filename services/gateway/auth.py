@@ -33,6 +33,14 @@ def principal(scope: Scope) -> Principal | None:
     return found
 
 
+def charge(scope: Scope, *, tokens: int = 0, stored: int = 0) -> None:
+    """Counts what a request cost against its key: tokens embedded (the key's daily limit
+    counts them), bytes of new files stored."""
+    who = principal(scope)
+    if who is not None and (tokens or stored):
+        scope["state"]["services"].key_usage.add(who.name, tokens=tokens, stored=stored)
+
+
 class ApiKeyMiddleware:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -24,6 +24,7 @@ from services.gateway.attach import Attachment, Upload
 from services.gateway.clients import Store
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
+from services.gateway.keys import Principal
 from services.gateway.params import attributes
 from services.gateway.parsing import UnsupportedFile, check_supported
 from services.gateway.state import Services
@@ -122,10 +123,7 @@ async def resolve_vector_store(store: Store, ref: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise errors.NotFound(
-            f"no vector store has the id or name '{ref}'; create it first "
-            f"(POST /v1/vector_stores, or `ragd index create -n {ref}`)"
-        )
+        raise errors.NotFound(_unknown_store(ref))
     more = ", ..." if page.has_more else ""
     raise errors.Conflict(
         f"{len(matches)}{'+' if more else ''} vector stores are named '{ref}' "
@@ -134,11 +132,27 @@ async def resolve_vector_store(store: Store, ref: str) -> str:
     )
 
 
+def _unknown_store(ref: str) -> str:
+    return (
+        f"no vector store has the id or name '{ref}'; create it first "
+        f"(POST /v1/vector_stores, or `ragd index create -n {ref}`)"
+    )
+
+
 class IngestSession:
     """One stream's documents: `async for event in session.run(documents)`."""
 
-    def __init__(self, deps: Services, window: int, poll_seconds: float) -> None:
+    def __init__(
+        self,
+        deps: Services,
+        window: int,
+        poll_seconds: float,
+        principal: Principal | None = None,
+    ) -> None:
+        """`principal`: the API key the documents come with (None: the API is open); a key
+        limited to some vector stores finds no other, and the bytes it stores are counted."""
         self._deps = deps
+        self._principal = principal
         self._poll_seconds = poll_seconds
         self._window = asyncio.Semaphore(window)
         self._accepting = asyncio.Semaphore(ACCEPT_CONCURRENCY)
@@ -240,6 +254,10 @@ class IngestSession:
 
     async def _store_document(self, index: int, document: Document) -> Progress:
         store_id = await self._resolve(document.vector_store)
+        who = self._principal
+        if who is not None and not who.reaches(store_id):
+            # As for a store that does not exist: a limited key learns nothing of others.
+            raise errors.NotFound(_unknown_store(document.vector_store))
 
         def failed(code: str, message: str) -> Progress:
             return Progress(index, document.ref, State.FAILED, store_id, "", 0, code, message)
@@ -272,6 +290,8 @@ class IngestSession:
             attributes=attributes({"attributes": document.attributes}),
         )
         attached = await self._deps.attacher.attach(store_id, item)
+        if who is not None and not attached.deduplicated:
+            self._deps.key_usage.add(who.name, stored=len(content))
         if attached.deduplicated:
             # The vector store has this content already (indexed, or being indexed).
             return self._existing(index, document.ref, attached)

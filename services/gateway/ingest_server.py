@@ -21,6 +21,7 @@ from services.common.tracing import server_interceptors
 from services.gateway import errors
 from services.gateway.bulk import Document, IngestSession, Progress, State, Summary
 from services.gateway.config import GatewayConfig
+from services.gateway.keys import Principal
 from services.gateway.parsing import SUPPORTED
 from services.gateway.state import Services
 from services.pb import ingest_pb2 as pb
@@ -134,13 +135,14 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
     def __init__(self, deps: Services) -> None:
         self._deps = deps
 
-    async def _authorize(self, context: Context, scope: str, stream: bool = False) -> None:
+    async def _authorize(self, context: Context, scope: str) -> Principal | None:
         """The REST API's keys and rules on this door: `authorization: Bearer <key>`
-        metadata, the scope, the per-minute limit; aborts the call otherwise."""
+        metadata, the scope, the per-minute limit; aborts the call otherwise. The key, or None
+        when the API is open."""
         keys = self._deps.keys
         try:
             if not await keys.required():
-                return
+                return None
             token = _bearer(context)
             who = await keys.identify(token) if token else None
             if who is None:
@@ -153,11 +155,6 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                 raise errors.PermissionDenied(
                     f"the API key {who.name!r} has the {who.scope} scope; this call needs {scope}"
                 )
-            if stream and who.vector_stores:
-                raise errors.PermissionDenied(
-                    f"the API key {who.name!r} is limited to some vector stores; bulk ingest "
-                    "takes keys that reach every vector store"
-                )
             wait = self._deps.rate_limits.check(who)
             if wait is not None:
                 raise errors.Overloaded(
@@ -165,6 +162,7 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
                     f"requests per minute; retry in {wait} s"
                 )
             self._deps.key_usage.count(who.name)
+            return who
         except errors.ApiError as error:
             await context.abort(status_for(error), error.message)
 
@@ -189,14 +187,16 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         request_iterator: AsyncIterator[pb.IngestRequest],
         context: Context,
     ) -> AsyncIterator[pb.IngestResponse]:
-        await self._authorize(context, "write", stream=True)
+        who = await self._authorize(context, "write")
 
         async def documents() -> AsyncIterator[Document]:
             async for request in request_iterator:
                 yield _document(request)
 
         config = self._deps.config
-        session = IngestSession(self._deps, config.ingest_window, config.ingest_poll_seconds)
+        session = IngestSession(
+            self._deps, config.ingest_window, config.ingest_poll_seconds, principal=who
+        )
         async with contextlib.aclosing(session.run(documents())) as events:
             try:
                 async for event in events:

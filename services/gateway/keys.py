@@ -170,6 +170,7 @@ class _Counts:
     requests: int = 0
     searches: int = 0
     embedded_tokens: int = 0
+    bytes_stored: int = 0
     last_used_at: float = 0.0
 
 
@@ -189,8 +190,11 @@ class Usage(Flusher):
         counts.searches += searches
         counts.last_used_at = time.time()
 
-    def add_tokens(self, name: str, tokens: int) -> None:
-        self._counts.setdefault(name, _Counts()).embedded_tokens += tokens
+    def add(self, name: str, *, tokens: int = 0, stored: int = 0) -> None:
+        """Tokens embedded and bytes of new files stored for the key."""
+        counts = self._counts.setdefault(name, _Counts())
+        counts.embedded_tokens += tokens
+        counts.bytes_stored += stored
 
     def tokens(self, name: str) -> int:
         """Tokens counted here and not yet sent."""
@@ -208,6 +212,7 @@ class Usage(Flusher):
                     requests=c.requests,
                     searches=c.searches,
                     embedded_tokens=c.embedded_tokens,
+                    bytes_stored=c.bytes_stored,
                     last_used_at=c.last_used_at,
                 )
                 for name, c in counts.items()
@@ -225,4 +230,5 @@ class Usage(Flusher):
                 mine.requests += c.requests
                 mine.searches += c.searches
                 mine.embedded_tokens += c.embedded_tokens
+                mine.bytes_stored += c.bytes_stored
                 mine.last_used_at = max(mine.last_used_at, c.last_used_at)

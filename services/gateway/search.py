@@ -8,6 +8,7 @@ concurrently, and the store answers NOT_FOUND for an unknown vector store itself
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class Found:
     degraded: bool
     # Why: "embedder-unavailable", or "vector-index-unavailable" (a store without sqlite-vec).
     reason: str = ""
+    # Tokens of the queries embedded for this search (0 when another search of the same call
+    # embedded them, or none were).
+    embedded_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,11 +111,21 @@ async def _search_many(
     )
     vectors = {key: found[1] for key, found in zip(keys, embedded, strict=True)}
     calls = []
+    charged: list[int] = []
+    # Queries embedded once for several stores count once.
+    uncharged = set(vectors)
     for request, embedder in zip(requests, targets, strict=True):
-        rows = None if embedder is None else vectors[(id(embedder), tuple(request.queries))]
+        key = (id(embedder), tuple(request.queries))
+        rows = None if embedder is None else vectors[key]
         mode = request.mode if rows is not None or request.mode == LEXICAL else LEXICAL
         calls.append(search_embedded(store, request, mode, rows, deadlines))
-    return list(await asyncio.gather(*calls))
+        charged.append(rows.tokens if rows is not None and key in uncharged else 0)
+        uncharged.discard(key)
+    found = await asyncio.gather(*calls)
+    return [
+        dataclasses.replace(one, embedded_tokens=tokens) if tokens else one
+        for one, tokens in zip(found, charged, strict=True)
+    ]
 
 
 async def _embedder_of(
@@ -167,6 +181,8 @@ class QueryVectors:
     model: str
     dimensions: int
     rows: list[bytes]
+    # The queries' tokens, all together.
+    tokens: int = 0
 
 
 async def query_vectors(
@@ -195,7 +211,7 @@ async def _embed(embedder: EmbedderClient, queries: Sequence[str], timeout: floa
             code="context_length_exceeded",
         ) from None
     rows = [embedded.vector_bytes(index) for index in range(len(queries))]
-    return QueryVectors(embedded.model, embedded.dimensions, rows)
+    return QueryVectors(embedded.model, embedded.dimensions, rows, sum(embedded.token_counts))
 
 
 def _message(

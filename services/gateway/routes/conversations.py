@@ -16,6 +16,7 @@ from services.common.vocabulary import (
     SEARCH_MODES,
 )
 from services.gateway import objects
+from services.gateway.auth import charge
 from services.gateway.chat.items import parse_items, render
 from services.gateway.chat.turn import RESULTS
 from services.gateway.errors import invalid
@@ -194,6 +195,7 @@ async def search_history(request: Request) -> JSONResponse:
     )
     if vectors is not None:
         message.query_vector, message.model = vectors.rows[0], vectors.model
+        charge(request.scope, tokens=vectors.tokens)
     reply = await deps.store.SearchHistory(message, timeout=deps.config.search_store_timeout)
     data = [
         {

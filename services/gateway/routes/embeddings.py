@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse
 from services.common import tracing
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
 from services.gateway.audit import AUDIT_INFO
-from services.gateway.auth import principal
+from services.gateway.auth import charge
 from services.gateway.clients import EmbedderClient, ModelInfo
 from services.gateway.errors import InvalidRequest, invalid
 from services.gateway.models import embeddings_model
@@ -119,9 +119,7 @@ async def embeddings(request: Request) -> JSONResponse:
             item["truncated"] = result.truncated[index]
         data.append(item)
     tokens = sum(result.token_counts)
-    who = principal(request.scope)
-    if who is not None:
-        deps.key_usage.add_tokens(who.name, tokens)
+    charge(request.scope, tokens=tokens)
     request.scope[AUDIT_INFO] = {
         "operation": "embeddings",
         "embedded_tokens": tokens,

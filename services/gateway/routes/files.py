@@ -7,6 +7,7 @@ from starlette.responses import JSONResponse, Response
 
 from services.common.vocabulary import FILE_PURPOSES
 from services.gateway import objects
+from services.gateway.auth import charge
 from services.gateway.errors import invalid
 from services.gateway.params import paging
 from services.gateway.routes import services
@@ -34,6 +35,7 @@ async def create_file(request: Request) -> JSONResponse:
             filename=upload.filename, purpose=purpose, content=upload.content
         ),
     )
+    charge(request.scope, stored=len(upload.content))
     return JSONResponse(objects.file(created))
 
 

@@ -33,6 +33,7 @@ def key_object(key: store_pb2.ApiKey) -> dict[str, Any]:
             "searches": key.searches,
             "embedded_tokens": key.embedded_tokens,
             "embedded_tokens_today": key.tokens_today,
+            "bytes_stored": key.bytes_stored,
         },
     }
 

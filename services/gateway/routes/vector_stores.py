@@ -24,7 +24,7 @@ from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
 from services.gateway.attributes import attributes_python
 from services.gateway.audit import AUDIT_INFO
-from services.gateway.auth import principal
+from services.gateway.auth import charge, principal
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
@@ -217,6 +217,7 @@ async def search_vector_store(request: Request) -> JSONResponse:
             "ragd.search.mode": found.mode,
             "ragd.search.degraded": found.degraded,
             "ragd.search.results": len(data),
+            "gen_ai.usage.input_tokens": found.embedded_tokens,
         }
     )
     detail = found.mode
@@ -229,7 +230,9 @@ async def search_vector_store(request: Request) -> JSONResponse:
         "result_count": len(data),
         "degraded": found.degraded,
         "detail": detail,
+        "embedded_tokens": found.embedded_tokens,
     }
+    charge(request.scope, tokens=found.embedded_tokens)
     return JSONResponse(
         {
             "object": "vector_store.search_results.page",
