@@ -146,27 +146,36 @@ def test_a_write_key_ingests_and_embeds_but_administers_nothing(
         embedded = ok(writer.post("/v1/embeddings", json={"input": "four words of text"}))
         tokens = embedded["usage"]["prompt_tokens"]
         assert tokens >= 4
-        # Query tokens count too, and the bytes of the files it stores.
+        # Query tokens count too, the bytes of the files it stores, and the tokens of the
+        # files it ingests (embedded later by a worker).
         ok(writer.post(f"/v1/vector_stores/{stores[0]}/search", json={"query": "four words"}))
-        content = b"a file of the writer"
-        ok(
+        content = document(7).encode()
+        file_id = ok(
             writer.post(
                 "/v1/files", files={"file": ("w.txt", content)}, data={"purpose": "assistants"}
             )
-        )
+        )["id"]
+        ok(writer.post(f"/v1/vector_stores/{store_id}/files", json={"file_id": file_id}))
+        deadline = time.monotonic() + 60
+        while ok(writer.get(f"/v1/vector_stores/{store_id}"))["file_counts"]["completed"] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
         assert writer.post("/admin/backup", json={}).status_code == 403
         assert writer.get("/metrics").status_code == 403
         assert ok(writer.delete(f"/v1/vector_stores/{store_id}"))["deleted"]
     with client(own_stack, ADMIN) as admin:
         deadline = time.monotonic() + 10
         while True:
+            rows = ok(admin.get("/admin/audit", params={"key": "writer"}))["data"]
+            spent = {row["operation"]: row["embedded_tokens"] for row in rows}
             (key,) = [k for k in ok(admin.get("/admin/keys"))["data"] if k["name"] == "writer"]
-            if key["usage"]["bytes_stored"] and key["usage"]["searches"]:
+            if sum(spent.values()) == key["usage"]["embedded_tokens"] and "ingest" in spent:
                 break
-            assert time.monotonic() < deadline, key
+            assert time.monotonic() < deadline, (key, rows)
             time.sleep(0.2)
+        assert spent["embeddings"] == tokens and spent["search"] >= 2
+        assert spent["ingest"] > 3 * tokens  # the file's chunks, well beyond the short input
         assert key["usage"]["embedded_tokens_today"] == key["usage"]["embedded_tokens"]
-        assert key["usage"]["embedded_tokens"] > tokens  # the embeddings and the search's query
         assert key["usage"]["bytes_stored"] == len(content)
         assert "key" not in key
         bad = admin.post("/admin/keys", json={"name": "writer", "scope": "read"})

@@ -18,7 +18,7 @@ from services.store.errors import (
     LeaseLost,
     ModelMismatch,
 )
-from services.store.records import ChunkInput, EmbeddingModel, FileCounts
+from services.store.records import BatchFileInput, ChunkInput, EmbeddingModel, FileCounts
 from services.store.repository import Repository
 from tests.store_fixtures import (
     DIMS,
@@ -53,6 +53,21 @@ def test_claims_hand_out_each_job_once_oldest_first(repo: Repository, vs_id: str
     assert [job.file_id for job in first + second] == file_ids
     assert [job.content for job in second] == [f"doc {i}".encode() for i in range(2, 5)]
     assert repo.claim_jobs("w3", max_jobs=10, lease_seconds=LEASE) == []
+
+
+def test_a_job_carries_the_api_key_its_file_was_attached_for(repo: Repository, vs_id: str) -> None:
+    single = upload(repo, "one")
+    repo.attach_file(vs_id, single.id, key_name="loader")
+    batched = [upload(repo, f"batch {i}").id for i in range(2)]
+    repo.create_file_batch(vs_id, [BatchFileInput(f) for f in batched], key_name="bulk")
+    plain = attach_new(repo, vs_id, "nobody's")
+    claimed = repo.claim_jobs("w1", max_jobs=10, lease_seconds=LEASE)
+    assert {job.file_id: job.key_name for job in claimed} == {
+        single.id: "loader",
+        batched[0]: "bulk",
+        batched[1]: "bulk",
+        plain: "",
+    }
 
 
 def test_jobs_of_another_model_fail_at_claim_in_the_model_rules_words(

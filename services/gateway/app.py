@@ -130,6 +130,7 @@ def create_app(config: GatewayConfig) -> Starlette:
         embedder = embedders.default
         store = store_stub(store_channel)
         audit = AuditLog(store)
+        key_usage = Usage(store.RecordKeyUsage)
         workers = IngestWorkers(
             embedders,
             store,
@@ -142,6 +143,7 @@ def create_app(config: GatewayConfig) -> Starlette:
             ),
             cache=EmbeddingCache(store) if config.embed_cache else None,
             audit=audit,
+            usage=key_usage,
         )
         audit.start()
         workers.start()
@@ -157,7 +159,6 @@ def create_app(config: GatewayConfig) -> Starlette:
             request = store_pb2.ListApiKeysRequest(revoked=True)
             return len((await store.ListApiKeys(request)).keys)
 
-        key_usage = Usage(store.RecordKeyUsage)
         key_usage.start()
         deps = Services(
             config,

@@ -70,11 +70,15 @@ class Attacher:
     async def _model(self, store_id: str) -> store_pb2.EmbeddingModel:
         return store_model(await self.model(store_id))
 
-    async def attach(self, store_id: str, item: Attachment) -> store_pb2.CollectionFile:
+    async def attach(
+        self, store_id: str, item: Attachment, key_name: str = ""
+    ) -> store_pb2.CollectionFile:
         """One file; an upload whose content the vector store already has comes back as that
-        file with `deduplicated` set (or, if it had failed, that file attached again)."""
+        file with `deduplicated` set (or, if it had failed, that file attached again).
+        `key_name`: the API key whose usage its embedding counts in."""
         request = store_pb2.AttachFileRequest(
             collection_id=store_id,
+            key_name=key_name,
             attributes=attributes_message(item.attributes),
             chunking=item.strategy.message(),
             model=await self._model(store_id),
@@ -89,11 +93,14 @@ class Attacher:
         self.workers.wake()
         return attached
 
-    async def attach_batch(self, store_id: str, items: Sequence[Attachment]) -> store_pb2.FileBatch:
+    async def attach_batch(
+        self, store_id: str, items: Sequence[Attachment], key_name: str = ""
+    ) -> store_pb2.FileBatch:
         """Stored files, in one store transaction, as a file batch."""
         batch = await self.store.CreateFileBatch(
             store_pb2.CreateFileBatchRequest(
                 collection_id=store_id,
+                key_name=key_name,
                 model=await self._model(store_id),
                 files=[
                     store_pb2.BatchFile(

@@ -33,6 +33,12 @@ def principal(scope: Scope) -> Principal | None:
     return found
 
 
+def key_name(scope: Scope) -> str:
+    """The name of the request's API key; "" when the API is open."""
+    who = principal(scope)
+    return who.name if who is not None else ""
+
+
 def charge(scope: Scope, *, tokens: int = 0, stored: int = 0) -> None:
     """Counts what a request cost against its key: tokens embedded (the key's daily limit
     counts them), bytes of new files stored."""

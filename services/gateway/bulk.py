@@ -289,7 +289,7 @@ class IngestSession:
             upload=Upload(document.filename, content),
             attributes=attributes({"attributes": document.attributes}),
         )
-        attached = await self._deps.attacher.attach(store_id, item)
+        attached = await self._deps.attacher.attach(store_id, item, who.name if who else "")
         if who is not None and not attached.deduplicated:
             self._deps.key_usage.add(who.name, stored=len(content))
         if attached.deduplicated:

@@ -23,6 +23,7 @@ from services.gateway.audit import AuditLog
 from services.gateway.clients import Store
 from services.gateway.embed_cache import EmbeddingCache
 from services.gateway.embedders import Embedders
+from services.gateway.keys import Usage
 from services.gateway.models import store_model
 from services.gateway.parsing import InvalidFile, UnsupportedFile, extract_text
 from services.pb import store_pb2
@@ -69,12 +70,16 @@ class IngestWorkers:
         settings: WorkerSettings,
         cache: EmbeddingCache | None = None,
         audit: AuditLog | None = None,
+        usage: Usage | None = None,
     ) -> None:
+        """`usage`: where the tokens embedded for a job attached with an API key are counted
+        (against that key's daily limit too)."""
         self._embedders = embedders
         self._store = store
         self._settings = settings
         self._cache = cache
         self._audit = audit
+        self._usage = usage
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._prefix = f"{socket.gethostname()}:{os.getpid()}"
@@ -142,7 +147,7 @@ class IngestWorkers:
                 await self._process(worker_id, job)
 
     async def _process(self, worker_id: str, job: store_pb2.Job) -> None:
-        started, outcome, chunks = time.monotonic(), "failed", 0
+        started, outcome, chunks, tokens = time.monotonic(), "failed", 0, 0
         renewer = asyncio.create_task(self._renew(worker_id, job.job_id))
         try:
             request = await self._index(worker_id, job)
@@ -150,6 +155,10 @@ class IngestWorkers:
             outcome, chunks = "completed", len(request.chunks)
             if request.lexical:
                 outcome = "completed lexically (vectors pending)"
+            else:
+                tokens = sum(chunk.token_count for chunk in request.chunks)
+                if job.key_name and self._usage is not None:
+                    self._usage.add(job.key_name, tokens=tokens)
             self._notify(done)
             log.info(
                 "indexed %s into %s (%d chunks%s)",
@@ -205,6 +214,8 @@ class IngestWorkers:
                     latency_ms=(time.monotonic() - started) * 1000,
                     result_count=chunks,
                     detail=f"{job.file_id} {outcome} (attempt {job.attempt})",
+                    key_name=job.key_name,
+                    embedded_tokens=tokens,
                 )
 
     async def _index(self, worker_id: str, job: store_pb2.Job) -> store_pb2.CompleteJobRequest:

@@ -121,6 +121,7 @@ def attach_in_transaction(
     batch_id: str | None,
     now: int,
     mirror: bool = True,
+    key_name: str = "",
 ) -> tuple[CollectionFile, bool]:
     """Attaches a file with a pending job; returns the row and whether it was (re)attached.
 
@@ -128,6 +129,7 @@ def attach_in_transaction(
     collection is returned as it is, marked deduplicated, with nothing written. A failed or
     cancelled file is attached again (new settings, new job). A collection being re-indexed
     gets the file attached to its new index too (unless `mirror` is off: that attach).
+    `key_name`: the API key the job is queued for (its tokens count as that key's).
     """
     file_row = conn.execute("SELECT sha256 FROM files WHERE id = ?", (file_id,)).fetchone()
     if file_row is None:
@@ -167,9 +169,9 @@ def attach_in_transaction(
         conn.execute("DELETE FROM jobs WHERE collection_id = ? AND file_id = ?", (key, file_id))
         file_delta = 0
     conn.execute(
-        "INSERT INTO jobs (collection_id, file_id, state, next_attempt_at, created_at)"
-        " VALUES (?, ?, 'pending', ?, ?)",
-        (key, file_id, now, now),
+        "INSERT INTO jobs (collection_id, file_id, state, next_attempt_at, created_at, key_name)"
+        " VALUES (?, ?, 'pending', ?, ?, ?)",
+        (key, file_id, now, now, key_name),
     )
     conn.execute(
         "UPDATE collections SET file_count = file_count + ?,"
@@ -177,7 +179,7 @@ def attach_in_transaction(
         (file_delta, now, key),
     )
     if mirror:
-        _mirror_attach(conn, key, file_id, attributes_json, chunking_json, batch_id, now)
+        _mirror_attach(conn, key, file_id, attributes_json, chunking_json, batch_id, now, key_name)
     return fetch(conn, key, collection_id, file_id), True
 
 
@@ -189,6 +191,7 @@ def _mirror_attach(
     chunking_json: str,
     batch_id: str | None,
     now: int,
+    key_name: str,
 ) -> None:
     # Imported here: re-indexing is built on this module's attach and remove.
     from services.store import reindex
@@ -205,6 +208,7 @@ def _mirror_attach(
             batch_id=batch_id,
             now=now,
             mirror=False,
+            key_name=key_name,
         )
 
 
@@ -218,6 +222,7 @@ def attach(
     chunking: Chunking | None,
     now: int,
     model: EmbeddingModel | None = None,
+    key_name: str = "",
 ) -> CollectionFile:
     """Attaches a stored file (`file_id`), or stores and attaches an `upload`, with an ingest
     job, in one transaction. A `model` must be the collection's (check_indexing).
@@ -257,6 +262,7 @@ def attach(
             chunking_json=chunking_json,
             batch_id=None,
             now=now,
+            key_name=key_name,
         )
     return record
 

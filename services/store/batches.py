@@ -56,6 +56,7 @@ def create(
     files: Sequence[BatchFileInput],
     now: int,
     model: EmbeddingModel | None = None,
+    key_name: str = "",
 ) -> FileBatch:
     """Attaches every file (same deduplication as a single attach) in one transaction.
 
@@ -98,6 +99,7 @@ def create(
                 chunking_json=chunking_json,
                 batch_id=batch_id,
                 now=now,
+                key_name=key_name,
             )
         return _load(conn, key, collection_id, batch_id)
 

@@ -62,7 +62,7 @@ _NO_VECTORS_SQL = "(? AND cf.status = 'in_progress' AND c.shadow_of IS NULL)"
 
 _CLAIMED_SQL = """
 SELECT j.id, c.public_id, j.file_id, f.filename, coalesce(fc.content, x''), cf.chunking_json,
-       c.model, c.dimensions, j.attempts
+       c.model, c.dimensions, j.attempts, j.key_name
 FROM jobs AS j
 JOIN collections AS c ON c.id = j.collection_id
 JOIN collection_files AS cf ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id
@@ -186,6 +186,7 @@ def claim(
                         dimensions=row[7],
                         attempt=row[8],
                         lexical=pass_lexical,
+                        key_name=row[9],
                     )
                 )
     return claimed

@@ -398,6 +398,12 @@ CREATE TABLE api_key_days (
 ) STRICT, WITHOUT ROWID;
 """
 
+# The API key an ingest job was queued for: its chunks' tokens count against that key's usage
+# and daily limit when a worker (on any gateway) embeds them.
+_V11_JOB_KEYS = """
+ALTER TABLE jobs ADD COLUMN key_name TEXT NOT NULL DEFAULT '';
+"""
+
 
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
@@ -410,6 +416,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V8_LEXICAL_ONLY),
     _v9_fulltext_per_collection,
     _script(_V10_API_KEYS),
+    _script(_V11_JOB_KEYS),
 ]
 
 

@@ -223,6 +223,8 @@ class ClaimedJob:
     # embedders do not answer, or this store has no vector index. The job stays to fill the
     # vectors in later.
     lexical: bool = False
+    # The API key the file was attached for ("" for none).
+    key_name: str = ""
 
 
 # Operations: embedding cache, audit log, stats, backup and vacuum.

@@ -355,6 +355,7 @@ class Repository:
         chunking: Chunking | None = None,
         model: EmbeddingModel | None = None,
         upload: NewFile | None = None,
+        key_name: str = "",
     ) -> CollectionFile:
         """Attaches `file_id`, or stores and attaches `upload` (attachments.attach)."""
         return attachments.attach(
@@ -366,6 +367,7 @@ class Repository:
             chunking=chunking,
             now=self._now(),
             model=model,
+            key_name=key_name,
         )
 
     def get_collection_file(self, collection_id: str, file_id: str) -> CollectionFile:
@@ -419,6 +421,7 @@ class Repository:
         collection_id: str,
         batch_files: Sequence[BatchFileInput],
         model: EmbeddingModel | None = None,
+        key_name: str = "",
     ) -> FileBatch:
         return batches.create(
             self._conn(),
@@ -426,6 +429,7 @@ class Repository:
             files=batch_files,
             now=self._now(),
             model=model,
+            key_name=key_name,
         )
 
     def get_file_batch(self, collection_id: str, batch_id: str) -> FileBatch:

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse
 from services.common.vocabulary import MAX_BATCH_FILES
 from services.gateway import objects
 from services.gateway.attach import Attachment
+from services.gateway.auth import key_name
 from services.gateway.clients import ModelInfo
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
@@ -41,7 +42,9 @@ async def create_batch(request: Request) -> JSONResponse:
             f"a batch holds 1 to {MAX_BATCH_FILES} files, got {len(entries)}",
             param="file_ids" if file_ids is not None else "files",
         )
-    batch = await deps.attacher.attach_batch(request.path_params["store_id"], entries)
+    batch = await deps.attacher.attach_batch(
+        request.path_params["store_id"], entries, key_name(request.scope)
+    )
     return JSONResponse(objects.file_batch(batch))
 
 

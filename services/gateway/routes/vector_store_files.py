@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse
 from services.common.vocabulary import FILE_STATUSES
 from services.gateway import attach, objects
 from services.gateway.attributes import attributes_message
-from services.gateway.auth import charge
+from services.gateway.auth import charge, key_name
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
 from services.gateway.params import (
@@ -59,7 +59,9 @@ async def attach_file(request: Request) -> JSONResponse:
         upload=content,
         attributes=attributes({"attributes": form_json(fields, "attributes")}),
     )
-    attached = await deps.attacher.attach(request.path_params["store_id"], item)
+    attached = await deps.attacher.attach(
+        request.path_params["store_id"], item, key_name(request.scope)
+    )
     if content is not None and not attached.deduplicated:
         charge(request.scope, stored=len(content.content))
     return JSONResponse(objects.vector_store_file(attached))

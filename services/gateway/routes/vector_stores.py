@@ -24,7 +24,7 @@ from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
 from services.gateway.attributes import attributes_python
 from services.gateway.audit import AUDIT_INFO
-from services.gateway.auth import charge, principal
+from services.gateway.auth import charge, key_name, principal
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
@@ -84,7 +84,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
     )
     if file_ids:
         items = [Attachment(chunking, file_id=file_id) for file_id in file_ids]
-        await deps.attacher.attach_batch(collection.id, items)
+        await deps.attacher.attach_batch(collection.id, items, key_name(request.scope))
         collection = await deps.store.GetCollection(
             store_pb2.GetCollectionRequest(id=collection.id)
         )

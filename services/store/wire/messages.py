@@ -240,6 +240,7 @@ def job_message(job: ClaimedJob) -> pb.Job:
         dimensions=job.dimensions,
         attempt=job.attempt,
         lexical=job.lexical,
+        key_name=job.key_name,
     )
 
 

@@ -82,6 +82,7 @@ class FileRpcs(RpcBase):
                 chunking_from_message(request.chunking, request.HasField("chunking")),
                 model=model_from_message(request.model, request.HasField("model")),
                 upload=upload,
+                key_name=request.key_name,
             ),
         )
         return collection_file_message(record)
@@ -168,6 +169,7 @@ class FileRpcs(RpcBase):
                 request.collection_id,
                 batch_files,
                 model=model_from_message(request.model, request.HasField("model")),
+                key_name=request.key_name,
             )
             return batch_message(batch)
 
