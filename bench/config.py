@@ -12,14 +12,17 @@ from bench.processes import ROOT
 
 SCENARIOS = (
     "embedding", "ingest", "search", "footprint", "gateway", "contention", "chat", "reindex",
-    "quality", "observability",
+    "quality", "observability", "limits",
 )  # fmt: skip
+# Run only when named (--only): long, and about capacity rather than against a baseline.
+OPTIONAL = ("limits",)
+DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name not in OPTIONAL)
 RESULTS_DIR = ROOT / "bench" / "results"
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    scenarios: tuple[str, ...] = SCENARIOS
+    scenarios: tuple[str, ...] = DEFAULT_SCENARIOS
     # Threads for every embedding engine: the stack's embedder, in-process, llama_cpp.server.
     threads: int = 2
     # Repeats of each throughput measurement (alternatives interleaved); medians are reported.
@@ -52,6 +55,8 @@ class BenchConfig:
     reindex_idle_seconds: float = 30.0
     # Scenario 9: query/document pairs of docstrings (bench/pydocs.py; at most 2,000).
     quality_docs: int = 2_000
+    # Scenario 11: store sizes (chunks of 384 dimensions), each on a fresh stack.
+    limits_sizes: tuple[int, ...] = (100_000,)
     out_dir: Path = RESULTS_DIR
     cache_dir: Path = RESULTS_DIR / "cache"
     # Update BENCHMARKS.md and bench/latest.png with this run.
@@ -74,6 +79,7 @@ QUICK = BenchConfig(
     reindex_files=60,
     reindex_idle_seconds=5.0,
     quality_docs=150,
+    limits_sizes=(5_000,),
     label="quick",
 )
 
@@ -95,6 +101,7 @@ def parse(argv: Sequence[str] | None = None) -> BenchConfig:
     parser.add_argument("--docs", type=int, help="documents to ingest (scenario 2)")
     parser.add_argument("--search-sizes", type=_ints, help="e.g. 10000,100000")
     parser.add_argument("--large", action="store_true", help="also search 1,000,000 vectors")
+    parser.add_argument("--limits-sizes", type=_ints, help="scenario 11, e.g. 100000,1000000")
     parser.add_argument("--queries", type=int)
     parser.add_argument("--reindex-files", type=int, help="files to re-index (scenario 8)")
     parser.add_argument("--real-vectors", type=int, help="real embeddings to compute and cache")
@@ -121,6 +128,7 @@ def parse(argv: Sequence[str] | None = None) -> BenchConfig:
         ("queries", "search_queries"),
         ("real_vectors", "real_vectors"),
         ("reindex_files", "reindex_files"),
+        ("limits_sizes", "limits_sizes"),
     ):
         value = getattr(args, name)
         if value is not None:

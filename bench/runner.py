@@ -19,6 +19,7 @@ from bench import (
     footprint,
     gateway,
     ingest,
+    limits,
     machine,
     observability,
     quality,
@@ -26,7 +27,7 @@ from bench import (
     report,
     search,
 )
-from bench.config import BenchConfig, parse, run_dir
+from bench.config import DEFAULT_SCENARIOS, BenchConfig, parse, run_dir
 from bench.context import Context
 from bench.corpus import Corpus
 from bench.processes import ROOT
@@ -42,6 +43,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "reindex": reindex.run,
     "quality": quality.run,
     "observability": observability.run,
+    "limits": limits.run,
 }
 
 
@@ -95,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "table.md").write_text(section)
     print(section)
     print(f"\nresults: {out}/ (results.json, chart.png, table.md)")
-    if config.publish and set(config.scenarios) == set(SCENARIOS):
+    if config.publish and set(config.scenarios) == set(DEFAULT_SCENARIOS):
         report.publish(
             ROOT / "BENCHMARKS.md", out / "chart.png", ROOT / "bench" / "latest.png", section
         )

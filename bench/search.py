@@ -184,7 +184,7 @@ def load(stack: RunningStack, data: DataSet, model: str, batch: int) -> tuple[st
         return collection.id, data.size / (time.perf_counter() - began)
 
 
-def _via_rest(
+def via_rest(
     url: str, store_id: str, texts: Sequence[str], clients: int, k: int, mode: str | None = None
 ) -> Timings:
     """REST searches in the default mode (hybrid), or `mode`."""
@@ -201,7 +201,7 @@ def _via_rest(
     return Timings(result.latencies, result.results)
 
 
-def _via_grpc(
+def via_grpc(
     target: str,
     store_id: str,
     model: str,
@@ -290,19 +290,29 @@ def gateway_split(
     return {f"{name}_p50": median(values) for name, values in parts.items()}
 
 
-def _model_name(target: str) -> str:
+def model_name(target: str) -> str:
     with grpc.insecure_channel(target) as channel:
         info = embedder_pb2_grpc.EmbedderStub(channel).Info(embedder_pb2.InfoRequest(), timeout=30)
     return str(info.model)
 
 
-def run(ctx: Context) -> None:
+@dataclass(frozen=True)
+class Material:
+    """Real chunk texts with their vectors, and held-out query texts with theirs."""
+
+    texts: list[str]
+    vectors: FloatMatrix
+    query_texts: list[str]
+    queries: FloatMatrix
+
+
+def material(ctx: Context, largest: int) -> Material:
+    """Up to config.real_vectors man-page snippets embedded in process (cached), for data sets
+    of up to `largest` vectors, and config.search_queries more as queries."""
     config = ctx.config
-    sizes = sorted(config.search_sizes)
-    queries_count = config.search_queries
-    real_count = min(config.real_vectors, max(sizes))
-    with timed(ctx, "search: snippets from man pages"):
-        snippets = ctx.corpus.snippets(real_count + queries_count)
+    real_count = min(config.real_vectors, largest)
+    with timed(ctx, "snippets from man pages"):
+        snippets = ctx.corpus.snippets(real_count + config.search_queries)
     model = ctx.model()
     # The last snippets are held out as queries: real text that is not in the data set.
     query_texts = snippets[real_count:]
@@ -315,12 +325,21 @@ def run(ctx: Context) -> None:
         ctx.log,
     )
     queries = model.embed(query_texts, truncate=True).vectors
+    return Material(texts, real, query_texts, queries)
+
+
+def run(ctx: Context) -> None:
+    config = ctx.config
+    sizes = sorted(config.search_sizes)
+    queries_count = config.search_queries
+    found = material(ctx, max(sizes))
+    texts, real, query_texts, queries = found.texts, found.vectors, found.query_texts, found.queries
     detail = ctx.detail(SCENARIO)
     detail.update(queries=queries_count, k=config.k, sizes={})
     with running_stack(ctx.run_dir / "search", config.threads) as stack:
         ctx.cold_starts.append(stack.cold_start)
         ctx.detail("4 footprint")["rss_at_rest_mb"] = stack.rss()
-        name = _model_name(stack.embedder_target)
+        name = model_name(stack.embedder_target)
         for size in sizes:
             data = data_set(real, texts, size)
             with timed(ctx, f"search: {size} vectors ({data.real} real)"):
@@ -349,21 +368,21 @@ def _one_size(
     truth = exact(data.vectors, queries, k)
     raw = raw_sqlite_vec(ctx.run_dir / f"raw-{data.size}.db", data, queries, k)
     # Warm the store's and the gateway's paths before timing them.
-    _via_rest(stack.url, store_id, query_texts[:_WARM_UP_QUERIES], 1, k)
-    _via_grpc(stack.store_target, store_id, model, queries[:_WARM_UP_QUERIES], 1, k)
+    via_rest(stack.url, store_id, query_texts[:_WARM_UP_QUERIES], 1, k)
+    via_grpc(stack.store_target, store_id, model, queries[:_WARM_UP_QUERIES], 1, k)
     timings: dict[str, Timings] = {"numpy exact": truth, "raw sqlite-vec": raw}
     with ctx.profiling("search", stack.pids()):
-        timings["gRPC exact c1"] = _via_grpc(
+        timings["gRPC exact c1"] = via_grpc(
             stack.store_target, store_id, model, queries, 1, k, exact=True
         )
         for clients in config.search_clients:
-            timings[f"gRPC c{clients}"] = _via_grpc(
+            timings[f"gRPC c{clients}"] = via_grpc(
                 stack.store_target, store_id, model, queries, clients, k
             )
-            timings[f"REST c{clients}"] = _via_rest(stack.url, store_id, query_texts, clients, k)
+            timings[f"REST c{clients}"] = via_rest(stack.url, store_id, query_texts, clients, k)
         # The vector ranking alone, for its recall against the exact scan (the default fuses
         # it with the words of the query: another ranking by design).
-        timings["REST vector c1"] = _via_rest(stack.url, store_id, query_texts, 1, k, mode="vector")
+        timings["REST vector c1"] = via_rest(stack.url, store_id, query_texts, 1, k, mode="vector")
     split = gateway_split(stack, store_id, model, query_texts, queries, k)
     footprint["rss_after_queries_mb"] = stack.rss()
     ctx.detail("4 footprint").setdefault("after_load", []).append(footprint)
