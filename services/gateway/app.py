@@ -29,6 +29,7 @@ from services.gateway.openapi import openapi
 from services.gateway.routes import (
     admin,
     chat,
+    console,
     conversations,
     embeddings,
     file_batches,
@@ -202,7 +203,9 @@ def create_app(config: GatewayConfig) -> Starlette:
             await store_channel.close()
 
     app = Starlette(
-        routes=ROUTES,
+        # The web console (static pages over the API above): not an API operation, so not
+        # in ROUTES, which /openapi.json describes.
+        routes=[*ROUTES, console.ROUTE],
         middleware=[
             *tracing_middleware(),
             Middleware(HttpMetrics),
