@@ -19,7 +19,12 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
 .PHONY: setup run test test-durability lint typecheck protos model clean FORCE
 
-setup: $(VENV)/.installed $(PB_STAMP) $(MODEL)
+setup: $(VENV)/.installed $(PB_STAMP) $(MODEL) chromium
+
+# Debian's chromium for the console's browser tests, where it can be installed (else they skip).
+.PHONY: chromium
+chromium:
+	@bash deploy/chromium.sh
 
 $(VENV)/.installed: pyproject.toml deploy/llama_wheel.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
