@@ -12,10 +12,10 @@ from bench.processes import ROOT
 
 SCENARIOS = (
     "embedding", "ingest", "search", "footprint", "gateway", "contention", "chat", "reindex",
-    "quality", "observability", "limits",
+    "quality", "observability", "limits", "postgres",
 )  # fmt: skip
 # Run only when named (--only): long, and about capacity rather than against a baseline.
-OPTIONAL = ("limits",)
+OPTIONAL = ("limits", "postgres")
 DEFAULT_SCENARIOS = tuple(name for name in SCENARIOS if name not in OPTIONAL)
 RESULTS_DIR = ROOT / "bench" / "results"
 
@@ -55,7 +55,7 @@ class BenchConfig:
     reindex_idle_seconds: float = 30.0
     # Scenario 9: query/document pairs of docstrings (bench/pydocs.py; at most 2,000).
     quality_docs: int = 2_000
-    # Scenario 11: store sizes (chunks of 384 dimensions), each on a fresh stack.
+    # Scenarios 11 and 12: store sizes (chunks of 384 dimensions), each on a fresh stack.
     limits_sizes: tuple[int, ...] = (100_000,)
     out_dir: Path = RESULTS_DIR
     cache_dir: Path = RESULTS_DIR / "cache"

@@ -22,7 +22,15 @@ import httpx
 from bench.context import Context, timed
 from bench.load import post_json
 from bench.processes import RunningStack, running_stack
-from bench.search import load, material, model_name, via_grpc, via_rest, wait_for_index
+from bench.search import (
+    load,
+    material,
+    model_name,
+    via_grpc,
+    via_grpc_lexical,
+    via_rest,
+    wait_for_index,
+)
 from bench.stats import Row
 from bench.vectors import DataSet, data_set
 from services.common.vectors import FloatMatrix
@@ -74,8 +82,14 @@ def _one_size(
     }
     via_rest(stack.url, store_id, query_texts[:5], 1, k)
     rest = via_rest(stack.url, store_id, query_texts, 1, k)
+    lexical = via_rest(stack.url, store_id, query_texts, 1, k, mode="lexical")
     grpc_search = via_grpc(stack.store_target, store_id, model, queries, 1, k)
+    grpc_lexical = via_grpc_lexical(stack.store_target, store_id, query_texts, 1, k)
     figures.update(
+        store_lexical_p50_ms=grpc_lexical.p50_ms,
+        store_lexical_p95_ms=grpc_lexical.p95_ms,
+        lexical_p50_ms=lexical.p50_ms,
+        lexical_p95_ms=lexical.p95_ms,
         rest_p50_ms=rest.p50_ms,
         rest_p95_ms=rest.p95_ms,
         store_p50_ms=grpc_search.p50_ms,
@@ -136,7 +150,19 @@ def _rows(ctx: Context, size: int, f: dict[str, Any]) -> None:
         "ms",
         f"p95 {f['rest_p95_ms']:.1f} ms; the query's embedding included",
     )
-    add("store gRPC search p50", f["store_p50_ms"], "ms", f"p95 {f['store_p95_ms']:.1f} ms")
+    add(
+        "lexical REST search p50",
+        f["lexical_p50_ms"],
+        "ms",
+        f"p95 {f['lexical_p95_ms']:.1f} ms; bm25 over FTS5, no embedding",
+    )
+    add("store gRPC vector search p50", f["store_p50_ms"], "ms", f"p95 {f['store_p95_ms']:.1f} ms")
+    add(
+        "store gRPC lexical search p50",
+        f["store_lexical_p50_ms"],
+        "ms",
+        f"p95 {f['store_lexical_p95_ms']:.1f} ms",
+    )
     add(
         "store RSS, vectors resident",
         f["rss_searched_mb"],

@@ -22,6 +22,7 @@ from bench import (
     limits,
     machine,
     observability,
+    postgres,
     quality,
     reindex,
     report,
@@ -44,6 +45,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {
     "quality": quality.run,
     "observability": observability.run,
     "limits": limits.run,
+    "postgres": postgres.run,
 }
 
 

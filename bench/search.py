@@ -210,27 +210,47 @@ def via_grpc(
     k: int,
     exact: bool = False,
 ) -> Timings:
+    """The store's own vector search, one query vector a call."""
     dims = int(queries.shape[1])
 
+    def request(query: FloatMatrix) -> store_pb2.SearchRequest:
+        return store_pb2.SearchRequest(
+            collection_id=store_id,
+            query_vector=to_bytes(query),
+            dimensions=dims,
+            k=k,
+            model=model,
+            exact=exact,
+        )
+
+    return _store_searches(target, [request(query) for query in queries], clients)
+
+
+def via_grpc_lexical(
+    target: str, store_id: str, texts: Sequence[str], clients: int, k: int
+) -> Timings:
+    """The store's own lexical (bm25) search of each text."""
+    requests = [
+        store_pb2.SearchRequest(collection_id=store_id, mode="lexical", query_text=text, k=k)
+        for text in texts
+    ]
+    return _store_searches(target, requests, clients)
+
+
+def _store_searches(
+    target: str, requests: Sequence[store_pb2.SearchRequest], clients: int
+) -> Timings:
     def session() -> tuple[grpc.Channel, store_pb2_grpc.StoreStub]:
         channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
         return channel, store_pb2_grpc.StoreStub(channel)
 
-    def call(own: tuple[grpc.Channel, store_pb2_grpc.StoreStub], query: FloatMatrix) -> list[int]:
-        reply = own[1].Search(
-            store_pb2.SearchRequest(
-                collection_id=store_id,
-                query_vector=to_bytes(query),
-                dimensions=dims,
-                k=k,
-                model=model,
-                exact=exact,
-            ),
-            timeout=60,
-        )
+    def call(
+        own: tuple[grpc.Channel, store_pb2_grpc.StoreStub], request: store_pb2.SearchRequest
+    ) -> list[int]:
+        reply = own[1].Search(request, timeout=60)
         return _rows_of([hit.text for hit in reply.hits])
 
-    result = run_load(list(queries), clients, session, call, lambda own: own[0].close())
+    result = run_load(requests, clients, session, call, lambda own: own[0].close())
     return Timings(result.latencies, result.results)
 
 
