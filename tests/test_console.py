@@ -185,12 +185,16 @@ def test_a_first_visit_create_upload_search_chat_operations_delete(
     expect(first.locator(".filename")).to_have_text("chimera.txt")
     expect(first.locator("mark").filter(has_text=re.compile("^goat$"))).to_have_count(1)
     expect(first.locator("mark").filter(has_text=re.compile("^monster$"))).to_have_count(1)
+    # Hybrid (the default): where each list ranked it.
+    expect(page.locator(".result-summary")).to_contain_text("ranked by hybrid")
+    expect(first.locator(".ranks")).to_have_text(re.compile(r"^vector #\d+ · lexical #\d+$"))
     # The snippets are the same request: run as they are, they find the same passage first.
     curl = page.locator(".snippet pre").first
     expect(curl).to_contain_text(f"/v1/vector_stores/{store_id}/search")
     answer = json.loads(run(["bash", "-c", curl.text_content() or ""]))
     assert answer["search_query"] == ["monster with a goat head"]
     assert answer["data"][0]["filename"] == "chimera.txt"
+    shoot(page, "search")
     python = page.locator(".snippet pre").nth(1)
     page.get_by_label("Mode", exact=True).select_option("lexical")
     expect(python).to_contain_text('extra_body={"mode": "lexical"}')
@@ -199,7 +203,7 @@ def test_a_first_visit_create_upload_search_chat_operations_delete(
     page.get_by_role("button", name="Search", exact=True).click()
     expect(page.locator(".result-summary")).to_contain_text("ranked by lexical")
     expect(page.locator(".result").first.locator(".filename")).to_have_text("chimera.txt")
-    shoot(page, "search")
+    expect(page.locator(".result .ranks")).to_have_count(0)
 
     # Operations: the stats of what was just indexed; a backup.
     page.get_by_role("link", name="Operations", exact=True).click()
