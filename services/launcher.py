@@ -26,6 +26,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.common.ports_file import read_ports
 
 SERVICES = ("store", "embedder", "gateway")
+# Litestream beside the store when RAGD_REPLICA_URL is set (services/store/replicate.py).
+REPLICATOR = "replicator"
 
 
 @dataclass
@@ -281,6 +283,15 @@ class Stack:
             wait_grpc_serving(child, self._addresses(name)["grpc"], remaining)
         return child
 
+    def start_replicator(self) -> Child:
+        """Starts Litestream on the store's database. Call it once the store serves: a store
+        that lost its database restores it from the replica before it serves, and Litestream
+        must find the restored one, not an absent file."""
+        env = {**self.env, **self.child_env.get(REPLICATOR, {})}
+        child = spawn(REPLICATOR, env, self._log(REPLICATOR), module="store.replicate")
+        self.children[REPLICATOR] = child
+        return child
+
     def start(self, timeout: float = 120.0) -> None:
         try:
             for name in SERVICES:
@@ -288,6 +299,8 @@ class Stack:
                     for replica in self.replicas:
                         self.start_service(replica, timeout)
                 self.start_service(name, timeout)
+                if name == "store" and self.env.get("RAGD_REPLICA_URL"):
+                    self.start_replicator()
         except BaseException:
             self.stop()
             raise

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.common.config import Env
+from services.common.config import ConfigError, Env
 from services.common.security import TlsFiles, service_token
+from services.store.replica import ReplicaSettings, valid_timestamp
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,9 @@ class StoreConfig:
     # sqlite-vec's loadable library (RAGD_SQLITE_VEC_PATH); empty: the sqlite-vec package's.
     # If it cannot be loaded the store serves lexical-only.
     sqlite_vec_path: str = ""
+    # Continuous replication with Litestream (RAGD_REPLICA_URL; replica.py): the store then
+    # leaves checkpoints to Litestream and restores a missing database from the replica.
+    replica: ReplicaSettings | None = None
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreConfig:
@@ -69,4 +73,27 @@ class StoreConfig:
             service_token=service_token(env),
             tls=TlsFiles.from_env(env),
             sqlite_vec_path=env.str("SQLITE_VEC_PATH", ""),
+            replica=_replica(env),
         )
+
+
+def _replica(env: Env) -> ReplicaSettings | None:
+    url = env.optional("REPLICA_URL")
+    if not url:
+        return None
+    interval = env.float("REPLICA_SYNC_INTERVAL", ReplicaSettings.sync_interval)
+    if interval <= 0:
+        raise ConfigError(f"RAGD_REPLICA_SYNC_INTERVAL must be above 0 seconds, got {interval}")
+    timestamp = env.str("REPLICA_RESTORE_TIMESTAMP", "")
+    if timestamp and not valid_timestamp(timestamp):
+        raise ConfigError(
+            "RAGD_REPLICA_RESTORE_TIMESTAMP must be an RFC 3339 time such as "
+            f"2026-01-31T12:00:00Z, got {timestamp!r}"
+        )
+    return ReplicaSettings(
+        url=url,
+        sync_interval=interval,
+        litestream=env.str("LITESTREAM", ReplicaSettings.litestream),
+        restore_timestamp=timestamp,
+        metrics_listen=env.optional("REPLICA_METRICS_LISTEN"),
+    )

@@ -100,9 +100,13 @@ def load_vectors(conn: apsw.Connection) -> None:
         conn.enable_load_extension(False)
 
 
-def open_database(path: str | Path) -> apsw.Connection:
+def open_database(path: str | Path, *, checkpoints: bool = True) -> apsw.Connection:
     """Opens (creating it and its directory if needed) the database with sqlite-vec loaded
-    when it can be (see vectors_available)."""
+    when it can be (see vectors_available).
+
+    `checkpoints=False` leaves the WAL to another process (Litestream, replica.py): no
+    automatic checkpoints and no journal_size_limit, so no commit of ours copies pages back or
+    truncates the WAL before that process has read them."""
     path = Path(path)
     create_private(path)
     conn = apsw.Connection(str(path))
@@ -119,9 +123,15 @@ def open_database(path: str | Path) -> apsw.Connection:
         # (sqlite-vec's exhaustive KNN at 100k x 384 went from ~95 to ~50 ms). Address space
         # only: pages are shared with the OS cache, not counted twice.
         conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES:d}")
-        # A WAL is reused, never shrunk, after a checkpoint: without a limit one bulk load
-        # (or a long build) would leave it at its peak size for good.
-        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES:d}")
+        if checkpoints:
+            # A WAL is reused, never shrunk, after a checkpoint: without a limit one bulk load
+            # (or a long build) would leave it at its peak size for good.
+            conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES:d}")
+        else:
+            # Litestream checkpoints after it has copied the WAL, and bounds its size itself
+            # (a TRUNCATE checkpoint past truncate-page-n). An automatic checkpoint of ours
+            # between two of its reads would make it miss frames and take a full snapshot.
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
     except BaseException:
         conn.close()
         raise
@@ -206,8 +216,10 @@ def try_write(conn: apsw.Connection, work: Callable[[apsw.Connection], object]) 
 class ThreadConnections:
     """One connection per thread, opened on first use; `close()` closes them all."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, checkpoints: bool = True) -> None:
         self.path = Path(path)
+        # See open_database.
+        self.checkpoints = checkpoints
         self._local = threading.local()
         self._lock = threading.Lock()
         self._opened: list[apsw.Connection] = []
@@ -219,7 +231,7 @@ class ThreadConnections:
             with self._lock:
                 if self._closed:
                     raise RuntimeError("the database has been closed")
-                conn = open_database(self.path)
+                conn = open_database(self.path, checkpoints=self.checkpoints)
                 self._opened.append(conn)
             self._local.conn = conn
         return conn

@@ -72,6 +72,10 @@ class BackupUnusable(StoreError):
     """The file is not a backup this store can restore; the message says why."""
 
 
+class ReplicaUnavailable(StoreError):
+    """No replica is configured, or Litestream could not read it; the message says which."""
+
+
 class KeyExists(StoreError):
     pass
 

@@ -252,8 +252,9 @@ def _compact(conn: apsw.Connection, key: int) -> bool:
         return vector_index.compact(conn, key)
 
 
-def vacuum(conn: apsw.Connection, *, path: Path) -> VacuumResult:
-    """Compacts fragmented vector tables, rebuilds the file and truncates the WAL.
+def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> VacuumResult:
+    """Compacts fragmented vector tables, rebuilds the file and truncates the WAL (unless
+    `checkpoint` is False: Litestream owns checkpoints, see db.open_database).
 
     Writers wait while it runs (readers do not); VACUUM needs free disk space of up to twice
     the database's size meanwhile.
@@ -264,7 +265,8 @@ def vacuum(conn: apsw.Connection, *, path: Path) -> VacuumResult:
     # Without sqlite-vec its tables cannot be rebuilt; VACUUM still compacts the file.
     compacted = sum(1 for key in keys if vectors_available() and _compact(conn, key))
     conn.execute("VACUUM")
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if checkpoint:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return VacuumResult(
         bytes_before=before,
         bytes_after=sum(file_bytes(path)),

@@ -35,6 +35,7 @@ from services.store import (
     maintenance,
     migrations,
     reindex,
+    replica,
     resident,
     responses,
     search,
@@ -49,7 +50,7 @@ from services.store.db import (
     vectors_error,
 )
 from services.store.disk import DiskWatch
-from services.store.errors import MaintenanceRunning
+from services.store.errors import InvalidArgument, MaintenanceRunning, ReplicaUnavailable
 from services.store.records import (
     AddChunksResult,
     ApiKey,
@@ -83,6 +84,7 @@ from services.store.records import (
     StoreStatus,
     VacuumResult,
 )
+from services.store.replica import ReplicaSettings, ReplicaStatus
 from services.store.search import items as item_search
 from services.store.search.filters import Filter
 
@@ -99,6 +101,8 @@ class OperationsSettings:
     # leave on its disk.
     backup_keep: int = 10
     backup_reserve_bytes: int = 128 << 20
+    # Litestream replicates the database (replica.py): it owns the checkpoints then.
+    replica: ReplicaSettings | None = None
 
 
 class Repository:
@@ -110,9 +114,9 @@ class Repository:
         operations: OperationsSettings | None = None,
         index: vector_index.IndexSettings | None = None,
     ) -> None:
-        self._connections = ThreadConnections(path)
-        self.index = index or vector_index.IndexSettings()
         self._settings = operations or OperationsSettings()
+        self._connections = ThreadConnections(path, checkpoints=self._settings.replica is None)
+        self.index = index or vector_index.IndexSettings()
         # Builds in progress: collection key -> last rowid copied.
         self._builds: dict[int, int] = {}
         self._clock = clock
@@ -691,6 +695,47 @@ class Repository:
             seconds=time.monotonic() - started,
         )
 
+    def restore_from_replica(self, timestamp: str = "") -> RestoreResult:
+        """Restores the replica's latest state (or the one at `timestamp`) as restore() does a
+        backup: Litestream writes it to replica-<UTC time>.db in the backup directory, which
+        is then checked and copied over the database, keeping the replaced one."""
+        settings = self._settings.replica
+        if settings is None:
+            raise ReplicaUnavailable(
+                "no replica is configured: set RAGD_REPLICA_URL on the store (and run "
+                "Litestream beside it) to restore from one"
+            )
+        if timestamp and not replica.valid_timestamp(timestamp):
+            raise InvalidArgument(
+                f"the timestamp must be an RFC 3339 time such as 2026-01-31T12:00:00Z, "
+                f"got {timestamp[:80]!r}"
+            )
+        stamp = maintenance.default_backup_name(time.time()).removeprefix("ragd-")
+        name = f"replica-{stamp}"
+        target = maintenance.resolve_backup_path(self.backup_dir, name)
+        maintenance.make_directories(self.backup_dir, target.parent)
+        if target.exists():
+            raise MaintenanceRunning(
+                f"a copy of the replica named {name!r} was fetched this second already; retry "
+                "in a second"
+            )
+        if not replica.fetch(settings, target, timestamp):
+            raise ReplicaUnavailable(
+                f"the replica {settings.url} holds no database"
+                + (f" at {timestamp}" if timestamp else "")
+            )
+        return self.restore(name)
+
+    @property
+    def replica(self) -> ReplicaSettings | None:
+        """The replica Litestream keeps (None: replication is off)."""
+        return self._settings.replica
+
+    def replica_status(self) -> ReplicaStatus | None:
+        """Where the replica stands (None: no replication configured)."""
+        settings = self._settings.replica
+        return None if settings is None else replica.status(self.path, settings)
+
     def list_backups(self) -> list[BackupInfo]:
         return maintenance.list_backups(self.backup_dir)
 
@@ -700,7 +745,9 @@ class Repository:
 
     def vacuum(self) -> VacuumResult:
         with self._exclusive("vacuum"):
-            return maintenance.vacuum(self._conn(), path=self.path)
+            return maintenance.vacuum(
+                self._conn(), path=self.path, checkpoint=self._connections.checkpoints
+            )
 
     # Conversations and responses
 

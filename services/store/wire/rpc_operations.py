@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
 from services.store.records import EmbeddingModel
+from services.store.replica import ReplicaSettings, ReplicaStatus
 from services.store.wire.messages import (
     audit_entry_from_message,
     audit_entry_message,
@@ -22,6 +23,19 @@ DEFAULT_AUDIT_LIMIT = 100
 BACKUP_PIECE = 1 << 20
 
 log = logging.getLogger(__name__)
+
+
+def _replica_message(status: ReplicaStatus, settings: ReplicaSettings) -> pb.ReplicaStatus:
+    return pb.ReplicaStatus(
+        url=status.url,
+        state=status.state,
+        replica_txid=status.replica_txid,
+        local_txid=status.local_txid,
+        replica_at=status.replica_at,
+        lag_seconds=status.lag_seconds,
+        error=status.error,
+        sync_interval=settings.sync_interval,
+    )
 
 
 class OperationsRpcs(RpcBase):
@@ -79,7 +93,16 @@ class OperationsRpcs(RpcBase):
         )
 
     async def GetStats(self, request: pb.GetStatsRequest, context: Context) -> pb.StoreStats:
-        return stats_message(await self._call(context, self._repository.stats))
+        reply = stats_message(await self._call(context, self._repository.stats))
+        settings = self._repository.replica
+        if settings is not None:
+            # Lists the replica (a subprocess, a network call for S3): off the event loop.
+            found = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._repository.replica_status
+            )
+            if found is not None:
+                reply.replica.CopyFrom(_replica_message(found, settings))
+        return reply
 
     async def GetStatus(self, request: pb.GetStatusRequest, context: Context) -> pb.StoreStatus:
         served = [EmbeddingModel(m.name, m.dimensions) for m in request.served]
@@ -93,7 +116,12 @@ class OperationsRpcs(RpcBase):
         return pb.BackupResponse(path=str(result.path), bytes=result.bytes, seconds=result.seconds)
 
     async def Restore(self, request: pb.RestoreRequest, context: Context) -> pb.RestoreResponse:
-        result = await self._call(context, lambda: self._repository.restore(request.name))
+        if request.from_replica:
+            result = await self._call(
+                context, lambda: self._repository.restore_from_replica(request.timestamp)
+            )
+        else:
+            result = await self._call(context, lambda: self._repository.restore(request.name))
         log.info(
             "restored %s (schema %d, now %d) in %.1f s; the database it replaced is kept as %s",
             result.path,

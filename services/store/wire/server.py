@@ -23,9 +23,10 @@ from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
 from services.common.tracing import server_interceptors, setup_tracing
 from services.pb import store_pb2, store_pb2_grpc
+from services.store import migrations, replica
 from services.store.config import StoreConfig
 from services.store.db import use_sqlite_vec
-from services.store.errors import DatabaseTooNew
+from services.store.errors import BackupUnusable, DatabaseTooNew, ReplicaUnavailable
 from services.store.metrics import StoreCollector, watch
 from services.store.repository import OperationsSettings, Repository
 from services.store.resident import ResidentSettings
@@ -59,6 +60,7 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
             backup_reserve_bytes=config.backup_reserve_mb << 20,
             cache_max_entries=config.cache_max_entries,
             audit_retention_days=config.audit_retention_days,
+            replica=config.replica,
         ),
         index=IndexSettings(
             coarse=config.coarse_index,
@@ -67,6 +69,20 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
         ),
     )
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="store-db")
+    if config.replica is not None:
+        # Before the server takes calls, which open the database: a store that lost its disk
+        # comes back with what the replica holds, checked, or does not start (replica.py).
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                executor,
+                replica.restore_on_start,
+                config.db_path,
+                config.replica,
+                len(migrations.MIGRATIONS),
+            )
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
     server = grpc.aio.server(
         interceptors=[
             *server_interceptors(),
@@ -187,6 +203,6 @@ def main() -> None:
     threadpool_limits(limits=1, user_api="blas")
     try:
         asyncio.run(_serve(config, ports_file))
-    except DatabaseTooNew as error:
+    except (DatabaseTooNew, BackupUnusable, ReplicaUnavailable) as error:
         log.error("%s", error)
         raise SystemExit(2) from None
