@@ -79,6 +79,14 @@ test-durability: setup
 test-crash: setup
 	RAGD_TEST_KILLS=20 $(VENV)/bin/pytest -q tests/test_store_crash.py
 
+# The failover drill at full size: 200 files and their turns, the store and Litestream killed
+# mid-ingest, the store's disk deleted, a new store restored from the replica; prints the
+# acknowledged and lost writes, the loss window and the time to serve again (RTO).
+# (`make test` runs 20 files.) RAGD_TEST_FAILOVER_SYNC=<seconds> tries another sync interval.
+.PHONY: test-failover
+test-failover: setup
+	RAGD_TEST_FAILOVER_FILES=200 $(VENV)/bin/pytest -q -s tests/test_failover.py
+
 # The gRPC ingest memory test at full size: 10000 documents, ~640 MiB streamed.
 .PHONY: test-ingest-large
 test-ingest-large: setup

@@ -615,22 +615,47 @@ def db_backups(settings: Settings, as_json: bool) -> None:
 
 
 @db.command("restore")
-@click.argument("path")
+@click.argument("path", required=False)
+@click.option(
+    "--from-replica",
+    is_flag=True,
+    help="Restore the Litestream replica's latest state (RAGD_REPLICA_URL) instead of a backup.",
+)
+@click.option(
+    "--timestamp",
+    default="",
+    help="With --from-replica: the replica's state at this RFC 3339 time (2026-01-31T12:00:00Z).",
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @json_option
 @click.pass_obj
-def db_restore(settings: Settings, path: str, yes: bool, as_json: bool) -> None:
-    """Replace the database with the backup PATH (as `ragd db backups` lists it).
+def db_restore(
+    settings: Settings,
+    path: str | None,
+    from_replica: bool,
+    timestamp: str,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Replace the database with the backup PATH (as `ragd db backups` lists it), or with the
+    replica's state (--from-replica [--timestamp T]).
 
     The store checks the backup first (integrity, schema version) and keeps a copy of the
     database it replaces in the backup directory; writes wait while it copies.
     """
+    if from_replica == bool(path):
+        raise click.UsageError("name a backup PATH or give --from-replica (not both)")
+    if timestamp and not from_replica:
+        raise click.UsageError("--timestamp goes with --from-replica")
+    source = (
+        f"the backup {path!r}"
+        if path
+        else "the replica" + (f" as of {timestamp}" if timestamp else "")
+    )
     if not yes:
-        click.confirm(
-            f"Replace everything the store holds with the backup {path!r}?", abort=True, err=True
-        )
+        click.confirm(f"Replace everything the store holds with {source}?", abort=True, err=True)
     with settings.rest() as rest:
-        result = rest.restore(path)
+        result = rest.restore(path) if path else rest.restore_from_replica(timestamp)
     if as_json:
         _print_json(result)
         return
@@ -641,6 +666,42 @@ def db_restore(settings: Settings, path: str, yes: bool, as_json: bool) -> None:
         f"{float(result.get('seconds', 0)):.1f} s); the replaced database is kept as "
         f"{escape(str(result.get('replaced_path')))}"
     )
+
+
+@db.command("status")
+@json_option
+@click.pass_obj
+def db_status(settings: Settings, as_json: bool) -> None:
+    """The database's size and schema, and where its Litestream replica stands."""
+    with settings.rest() as rest:
+        stats = rest.stats()
+    found = {"global": stats.get("global"), "replica": stats.get("replica")}
+    if as_json:
+        _print_json(found)
+        return
+    database = stats.get("global") or {}
+    out.print(
+        f"database: schema {database.get('schema_version')}, "
+        f"{render.size(float(database.get('db_bytes', 0)))} "
+        f"(+{render.size(float(database.get('wal_bytes', 0)))} WAL), "
+        f"{database.get('files', 0)} files, {database.get('chunks', 0)} chunks"
+    )
+    replica = stats.get("replica")
+    if not replica:
+        out.print("replica: off (set RAGD_REPLICA_URL on the store and run Litestream)")
+        return
+    lag = replica.get("lag_seconds")
+    out.print(
+        f"replica: [bold]{escape(str(replica.get('state')))}[/] {escape(str(replica.get('url')))}"
+        f" (every {replica.get('sync_interval_seconds')} s)"
+    )
+    out.print(
+        f"  position: replica txid {replica.get('replica_txid') or 'unknown'}, "
+        f"local txid {replica.get('local_txid') or 'unknown'}; "
+        f"lag {'unknown' if lag is None else f'{float(lag):.1f} s'}"
+    )
+    if replica.get("error"):
+        out.print(f"  [yellow]{escape(str(replica['error']))}[/]")
 
 
 @db.command("download")

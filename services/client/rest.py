@@ -223,6 +223,17 @@ class RestClient:
         )
         return result
 
+    def restore_from_replica(self, timestamp: str = "") -> dict[str, Any]:
+        body: dict[str, Any] = {"from_replica": True}
+        if timestamp:
+            body["timestamp"] = timestamp
+        result: dict[str, Any] = self.request("POST", "/admin/restore", json=body, timeout=None)
+        return result
+
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/admin/stats")
+        return result
+
     def backups(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.request("GET", "/admin/backups")["data"]
         return result

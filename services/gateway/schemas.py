@@ -501,11 +501,19 @@ SCHEMAS: dict[str, Schema] = {
         has_more=BOOL,
     ),
     "RestoreRequest": obj(
-        ["path"],
         path={
             "type": "string",
             "description": "A backup's name inside the store's backup directory, as GET "
             "/admin/backups lists them.",
+        },
+        from_replica={
+            "type": "boolean",
+            "description": "Instead of a backup: the Litestream replica's latest state "
+            "(RAGD_REPLICA_URL).",
+        },
+        timestamp={
+            "type": "string",
+            "description": "With from_replica: the replica's state at this RFC 3339 time.",
         },
     ),
     "RestoreResult": obj(
@@ -584,6 +592,19 @@ SCHEMAS: dict[str, Schema] = {
                     usage_bytes=COUNT,
                 ),
             },
+            "replica": nullable(
+                obj(
+                    ["url", "state", "lag_seconds"],
+                    url=STRING,
+                    state={"enum": ["current", "behind", "unknown"]},
+                    replica_txid=nullable(COUNT),
+                    local_txid=nullable(COUNT),
+                    replica_at=nullable(NUMBER),
+                    lag_seconds=nullable(NUMBER),
+                    sync_interval_seconds=NUMBER,
+                    error=nullable(STRING),
+                )
+            ),
         },
     ),
     "AuditEntry": obj(

@@ -33,13 +33,24 @@ async def backup(request: Request) -> JSONResponse:
 
 
 async def restore(request: Request) -> JSONResponse:
-    """{"path": a backup's name in the store's backup directory} -> the restore's figures."""
+    """{"path": a backup's name in the store's backup directory} or {"from_replica": true,
+    "timestamp": optional RFC 3339 time} -> the restore's figures."""
     body = await json_body(request)
     name = optional_str(body, "path", "") or ""
-    if not name:
-        raise invalid("'path' must name a backup (GET /admin/backups lists them)", param="path")
+    from_replica = body.get("from_replica", False)
+    if not isinstance(from_replica, bool):
+        raise invalid("'from_replica' must be true or false", param="from_replica")
+    timestamp = optional_str(body, "timestamp", "") or ""
+    if from_replica == bool(name):
+        raise invalid(
+            "name a backup in 'path' (GET /admin/backups lists them) or set 'from_replica'",
+            param="path",
+        )
+    if timestamp and not from_replica:
+        raise invalid("'timestamp' applies to a restore from the replica", param="timestamp")
     reply = await services(request).store.Restore(
-        store_pb2.RestoreRequest(name=name), timeout=MAINTENANCE_TIMEOUT
+        store_pb2.RestoreRequest(name=name, from_replica=from_replica, timestamp=timestamp),
+        timeout=MAINTENANCE_TIMEOUT,
     )
     return JSONResponse(
         {
@@ -155,8 +166,24 @@ async def stats(request: Request) -> JSONResponse:
                 }
                 for item in reply.per_collection
             ],
+            "replica": _replica(reply.replica) if reply.HasField("replica") else None,
         }
     )
+
+
+def _replica(found: store_pb2.ReplicaStatus) -> dict[str, object]:
+    """Litestream's replica against the database; figures it could not read are null."""
+    known = found.state != "unknown"
+    return {
+        "url": found.url,
+        "state": found.state,
+        "replica_txid": found.replica_txid or None,
+        "local_txid": found.local_txid or None,
+        "replica_at": round(found.replica_at, 3) or None,
+        "lag_seconds": round(found.lag_seconds, 3) if known and found.lag_seconds >= 0 else None,
+        "sync_interval_seconds": found.sync_interval,
+        "error": found.error or None,
+    }
 
 
 async def audit(request: Request) -> JSONResponse:
