@@ -293,3 +293,17 @@ def test_the_console_asks_for_the_key_renders_user_text_as_text_and_says_there_i
 
     page.get_by_role("button", name="Forget key").click()
     expect(page.get_by_role("heading", level=1)).to_have_text("This ragd needs an API key")
+
+    # A read key browses; operations say they need an admin key.
+    reader = httpx.post(
+        f"{keyed_stack.gateway_url}/admin/keys",
+        json={"name": "console-reader", "scope": "read"},
+        headers=auth,
+    ).json()["key"]
+    page.get_by_label("API key").fill(reader)
+    page.get_by_role("button", name="Use this key").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Chat")
+    page.get_by_role("link", name="Operations", exact=True).click()
+    expect(page.get_by_role("alert")).to_contain_text("Operations need an admin API key")
+    expect(page.get_by_role("alert")).to_contain_text("read scope")
+    shoot(page, "ops-read-key")

@@ -155,12 +155,16 @@ function storeChoice(stores, preferred) {
   };
   boxes.forEach((box) => box.addEventListener("change", limit));
   limit();
+  // Two stores of one name are told apart by their ids.
+  const names = stores.map((store) => store.name || store.id);
+  const label = (store, i) =>
+    names.indexOf(names[i]) === names.lastIndexOf(names[i]) ? names[i] : `${names[i]} (${store.id})`;
   const fieldset = h(
     "fieldset",
     { class: "chat-stores" },
     h("legend", {}, `Search in (file_search, up to ${MAX_STORES})`),
     stores.length
-      ? stores.map((store, i) => h("label", { class: "check" }, boxes[i], ` ${store.name || store.id}`))
+      ? stores.map((store, i) => h("label", { class: "check" }, boxes[i], ` ${label(store, i)}`))
       : h("span", { class: "hint" }, "No vector stores: the model answers without file_search."),
   );
   return { fieldset, chosen: () => boxes.filter((box) => box.checked).map((box) => box.value) };
@@ -253,6 +257,9 @@ export async function chatPage(main, signal, conversationId, params) {
         }
       }, signal);
       if (created) history.replaceState(null, "", `#/chat/${current}`);
+      // The turn changed the list (a new conversation, its title, the order).
+      const listed = await get("/v1/conversations", { limit: 30 });
+      recent.replaceChildren(conversationList(listed.data, current));
     } catch (error) {
       if (signal.aborted) return;
       // Refused before it started (e.g. no chat model configured): an empty conversation made
@@ -272,6 +279,7 @@ export async function chatPage(main, signal, conversationId, params) {
     }
   });
   const fresh = h("a", { class: "button secondary", href: "#/chat" }, "New conversation");
+  const recent = h("div", {}, conversationList(conversations, conversationId));
   fill(
     main,
     h("h1", { tabindex: "-1" }, "Chat"),
@@ -284,7 +292,7 @@ export async function chatPage(main, signal, conversationId, params) {
         fresh,
         historySearch(),
         h("h2", {}, "Recent conversations"),
-        conversationList(conversations, conversationId),
+        recent,
       ),
       h(
         "section",

@@ -3,7 +3,7 @@
 // as set in the form), then followed until completed or failed. Each file has a row of fixed
 // height from the start, so nothing moves while they progress.
 
-import { ApiError, get, post, request, upload } from "./api.js";
+import { ApiError, del, get, post, request, upload } from "./api.js";
 import { announce, fill, formatBytes, h } from "./dom.js";
 
 // Files uploaded at once; the rest wait their turn.
@@ -209,7 +209,12 @@ export function uploadPanel(storeId, signal, changed) {
       form.append("file", file, row.path);
       const uploaded = await upload("/v1/files", form, (fraction) => row.set("uploading", undefined, fraction * 0.9));
       row.set("attaching", "", 0.9);
-      const attached = await post(`/v1/vector_stores/${storeId}/files`, { file_id: uploaded.id, ...body });
+      const attached = await post(`/v1/vector_stores/${storeId}/files`, { file_id: uploaded.id, ...body })
+        .catch(async (error) => {
+          // Refused (a chunking size out of range, say): the upload is not left behind.
+          await del(`/v1/files/${uploaded.id}`).catch(() => {});
+          throw error;
+        });
       // The same bytes already in the store come back as that file.
       row.fileId = attached.id;
       row.set("indexing", "", null);
@@ -259,7 +264,9 @@ export function uploadPanel(storeId, signal, changed) {
   const folder = h("input", { id: "folder-input", type: "file", multiple: true, webkitdirectory: true, class: "file-input" });
   for (const input of [picker, folder]) {
     input.addEventListener("change", () => {
-      add([...input.files].map((file) => ({ file, path: file.webkitRelativePath || file.name })));
+      const files = [...input.files].map((file) => ({ file, path: file.webkitRelativePath || file.name }));
+      // A picked folder's hidden files (.DS_Store, .git/...) stay out, as in a dropped one.
+      add(files.filter(({ path }) => !path.split("/").some((part) => part.startsWith("."))));
       input.value = "";
     });
   }
