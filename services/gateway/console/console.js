@@ -57,8 +57,11 @@ async function render() {
     fill(main, h("h1", { tabindex: "-1" }, "Something went wrong"), errorBox(error));
   }
   if (!signal.aborted) {
+    // A new page is said by its heading (focused unless the page put the focus in itself,
+    // as the search box does) and by the tab's title.
     const heading = main.querySelector("h1");
-    if (heading && document.activeElement === document.body) heading.focus({ preventScroll: true });
+    if (heading && !main.contains(document.activeElement)) heading.focus({ preventScroll: true });
+    document.title = heading ? `${heading.textContent} · ragd console` : "ragd console";
   }
 }
 
@@ -95,6 +98,7 @@ function askForKey(error) {
     announce("API key set");
     render();
   });
+  document.title = "API key · ragd console";
   fill(
     main,
     h("h1", { tabindex: "-1" }, "This ragd needs an API key"),
@@ -105,6 +109,11 @@ function askForKey(error) {
 }
 
 onUnauthorized(askForKey);
+// The skip link moves the focus without touching the hash (which names the page).
+document.querySelector(".skip").addEventListener("click", (event) => {
+  event.preventDefault();
+  main.focus();
+});
 document.getElementById("forget-key").addEventListener("click", () => {
   setApiKey("");
   showKeyState();
