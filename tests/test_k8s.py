@@ -38,7 +38,8 @@ def _python_render() -> list[Manifest]:
             obj["metadata"].setdefault("labels", {}).update(label["pairs"])
     images = {image["name"]: image for image in kustomization.get("images", [])}
     for obj in objects:
-        for container in _pod_spec(obj).get("containers", []) if _pod_spec(obj) else []:
+        spec = _pod_spec(obj)
+        for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
             image = images.get(container["image"])
             if image:
                 name = image.get("newName", container["image"])
@@ -283,3 +284,33 @@ def test_every_container_runs_unprivileged_with_resources(
             assert container["securityContext"]["allowPrivilegeEscalation"] is False, key
             assert container["resources"]["requests"]["memory"], key
             assert container["resources"]["limits"]["memory"], key
+
+
+def test_the_store_replicates_when_the_replica_secret_exists(
+    manifests: dict[tuple[str, str], Manifest], compose: dict[str, Any]
+) -> None:
+    spec = _pod_spec(manifests["StatefulSet", "store"])
+    restore, sidecar = spec["initContainers"]
+    store = _container(manifests, "StatefulSet", "store")
+    # The restore runs to completion first; Litestream is a native sidecar (restartPolicy
+    # Always) on the same volume, from the store's image, like compose's replicator.
+    assert restore["command"] == ["python", "-m", "services.store.replicate", "restore"]
+    assert "restartPolicy" not in restore
+    assert sidecar["restartPolicy"] == "Always"
+    assert sidecar["command"] == ["python", "-m", "services.store.replicate"]
+    assert restore["image"] == sidecar["image"] == store["image"]
+    assert compose["services"]["replicator"]["image"] == store["image"]
+    for container in (restore, sidecar, store):
+        env = _env(container)
+        assert env["RAGD_DB_PATH"] == "/data/ragd.db", container["name"]
+        # One optional Secret turns it on for all three; without it replication stays off.
+        assert env["RAGD_REPLICA_URL"]["secretKeyRef"] == {
+            "name": "ragd-replica",
+            "key": "url",
+            "optional": True,
+        }, container["name"]
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["data"] == "/data", container["name"]
+    assert _env(sidecar)["RAGD_REPLICA_METRICS_LISTEN"] == "0.0.0.0:9101"
+    config = manifests["ConfigMap", "ragd-config"]["data"]
+    assert config["RAGD_REPLICA_SYNC_INTERVAL"] == "1"
