@@ -307,3 +307,19 @@ def test_the_console_asks_for_the_key_renders_user_text_as_text_and_says_there_i
     expect(page.get_by_role("alert")).to_contain_text("Operations need an admin API key")
     expect(page.get_by_role("alert")).to_contain_text("read scope")
     shoot(page, "ops-read-key")
+
+
+def test_the_console_is_served_without_a_key_and_only_its_own_files(keyed_stack: Stack) -> None:
+    with httpx.Client(base_url=keyed_stack.gateway_url) as http:
+        moved = http.get("/console")
+        assert moved.status_code == 307 and moved.headers["location"] == "/console/"
+        page = http.get("/console/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        script = http.get("/console/console.js")
+        assert script.headers["content-type"].startswith("text/javascript")
+        for path in ("/console/nothing.js", "/console/%2e%2e%2fapp.py", "/console/../app.py"):
+            assert http.get(path).status_code == 404, path
+        assert http.post("/console/").status_code == 405
+        # The data stays behind the key.
+        assert http.get("/v1/vector_stores").status_code == 401
