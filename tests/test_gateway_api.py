@@ -225,6 +225,9 @@ def test_chimera_smoke(client: httpx.Client) -> None:
     fetched = client.get(f"/v1/vector_stores/{store['id']}").json()
     assert fetched["file_counts"]["completed"] == 3
     assert fetched["usage_bytes"] > 0
+    # Extensions: each file's name and chunks, in the listing too.
+    listed = client.get(f"/v1/vector_stores/{store['id']}/files").json()["data"]
+    assert {(f["filename"], f["chunk_count"]) for f in listed} == {(n, 1) for n in PASSAGES}
 
 
 def test_multipart_upload_and_score_threshold(client: httpx.Client) -> None:

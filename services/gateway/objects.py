@@ -115,8 +115,11 @@ def vector_store_file(item: store_pb2.CollectionFile) -> dict[str, Any]:
         "last_error": last_error,
         "chunking_strategy": chunking,
         "attributes": attributes_python(item.attributes),
-        # Extension: searchable by text only so far (lexical-only operation).
+        # Extensions: searchable by text only so far (lexical-only operation); the file's name
+        # and chunks, which OpenAI's object leaves to GET /v1/files/{id} and guesswork.
         "vectors_pending": item.vectors_pending,
+        "filename": item.filename,
+        "chunk_count": item.chunk_count,
     }
 
 

@@ -336,6 +336,12 @@ SCHEMAS: dict[str, Schema] = {
             "still to be written (its model's embedders did not answer when it was indexed)",
             "type": "boolean",
         },
+        filename={"description": "ragd extension: the file's name", "type": "string"},
+        chunk_count={
+            "description": "ragd extension: the file's chunks (0 until it is completed)",
+            "type": "integer",
+            "minimum": 0,
+        },
     ),
     "VectorStoreFileList": list_of("VectorStoreFile"),
     "VectorStoreFileContent": obj(

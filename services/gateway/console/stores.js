@@ -130,8 +130,6 @@ export async function storesPage(main, signal) {
 
 /** The page's file table: filtered by status, `PAGE` at a time, with Previous and Next. */
 function filesSection(storeId, signal) {
-  const names = new Map();
-  const chunks = new Map();
   const state = { filter: "", cursors: [undefined], page: 0 };
   const body = h("div", { class: "files-body" });
   const filter = h(
@@ -144,39 +142,22 @@ function filesSection(storeId, signal) {
   const next = h("button", { type: "button", class: "secondary" }, "Next");
   const where = h("span", { class: "muted", "aria-live": "polite" });
 
-  async function filename(fileId) {
-    if (!names.has(fileId)) {
-      names.set(fileId, get(`/v1/files/${fileId}`).then((f) => f.filename, () => fileId));
-    }
-    return names.get(fileId);
-  }
-
-  async function chunkCount(file) {
-    if (file.status !== "completed") return "–";
-    if (!chunks.has(file.id)) {
-      const path = `/v1/vector_stores/${storeId}/files/${file.id}/content`;
-      chunks.set(file.id, get(path).then((page) => page.data.length, () => "?"));
-    }
-    return chunks.get(file.id);
-  }
-
   async function load() {
     const page = await get(
       `/v1/vector_stores/${storeId}/files`,
       { limit: PAGE, filter: state.filter, after: state.cursors[state.page], order: "desc" },
       signal,
     );
-    const rows = await Promise.all(
-      page.data.map(async (file) => [
-        h("span", { class: "filename" }, await filename(file.id)),
-        badge(file.status),
-        String(await chunkCount(file)),
-        formatBytes(file.usage_bytes),
-        attributeChips(file.attributes),
-        file.last_error ? h("span", { class: "failed wrap" }, `${file.last_error.code}: ${file.last_error.message}`) : "–",
-        formatTime(file.created_at),
-      ]),
-    );
+    // filename and chunk_count: ragd's extensions of the vector store file object.
+    const rows = page.data.map((file) => [
+      h("span", { class: "filename" }, file.filename || file.id),
+      badge(file.status),
+      file.status === "completed" ? formatNumber(file.chunk_count) : "–",
+      formatBytes(file.usage_bytes),
+      attributeChips(file.attributes),
+      file.last_error ? h("span", { class: "failed wrap" }, `${file.last_error.code}: ${file.last_error.message}`) : "–",
+      formatTime(file.created_at),
+    ]);
     if (signal.aborted) return;
     state.cursors[state.page + 1] = page.has_more ? page.last_id : undefined;
     previous.disabled = state.page === 0;
