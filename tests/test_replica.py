@@ -20,7 +20,8 @@ from services.store import migrations, replica
 from services.store.config import StoreConfig
 from services.store.db import WAL_LIMIT_BYTES, atomic
 from services.store.errors import BackupUnusable, ReplicaUnavailable
-from services.store.replica import ReplicaSettings
+from services.store.metrics import StoreCollector
+from services.store.replica import ReplicaSettings, ReplicaStatus
 from services.store.repository import OperationsSettings, Repository
 from tests.store_fixtures import check_invariants, open_readonly, open_repository, scalar
 
@@ -280,3 +281,14 @@ def test_an_s3_replica_streams_and_restores_the_same(tmp_path: Path, s3_server: 
     assert replica.restore_on_start(restored, settings, len(migrations.MIGRATIONS))
     assert rows(restored) == rows(db_path) == 1510
     check_invariants(restored)
+
+
+def test_metrics_show_the_lag_or_that_it_is_unknown() -> None:
+    collector = StoreCollector()
+    assert list(collector.collect()) == []  # replication off: nothing about a replica
+    collector.replica = ReplicaStatus("file:///r", "behind", 7, 9, 0.0, lag_seconds=1.5)
+    found = {metric.name: metric.samples[0].value for metric in collector.collect()}
+    assert found == {"ragd_store_replica_unknown": 0, "ragd_store_replica_lag_seconds": 1.5}
+    collector.replica = ReplicaStatus("file:///r", "unknown", error="litestream is not running")
+    found = {metric.name: metric.samples[0].value for metric in collector.collect()}
+    assert found == {"ragd_store_replica_unknown": 1}

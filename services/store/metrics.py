@@ -11,13 +11,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from services.store.records import Stats
+from services.store.replica import ReplicaStatus
 
 
 class StoreCollector(Collector):
     def __init__(self) -> None:
         self.latest: Stats | None = None
+        # Where the Litestream replica stands (None: replication is off).
+        self.replica: ReplicaStatus | None = None
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._replica()
         stats = self.latest
         if stats is None:
             return
@@ -51,6 +55,25 @@ class StoreCollector(Collector):
             ("ragd_cache_misses", counters.misses, "Embedding cache lookups that missed."),
         ):
             yield CounterMetricFamily(name, what + " Since the store started.", value=value)
+
+    def _replica(self) -> Iterator[Metric]:
+        found = self.replica
+        if found is None:
+            return
+        # No lag is shown when the store cannot tell it (Litestream down, replica unreachable):
+        # alert on the lag, and on this being 1.
+        unknown = found.state == "unknown" or found.lag_seconds < 0
+        yield _gauge(
+            "ragd_store_replica_unknown",
+            "1 while the store cannot tell where the Litestream replica stands.",
+            int(unknown),
+        )
+        if not unknown:
+            yield _gauge(
+                "ragd_store_replica_lag_seconds",
+                "Age of the oldest change the Litestream replica does not hold yet (0: current).",
+                found.lag_seconds,
+            )
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -134,6 +134,7 @@ async def _refresh_metrics(
         while not terminated.done():
             try:
                 collector.latest = await loop.run_in_executor(executor, repository.stats)
+                collector.replica = await loop.run_in_executor(executor, repository.replica_status)
             except Exception:
                 if terminated.done():
                     return
