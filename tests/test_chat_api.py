@@ -80,6 +80,13 @@ def file_search(store_id: str, **options: Any) -> dict[str, Any]:
     return {"type": "file_search", "vector_store_ids": [store_id], "max_num_results": 2, **options}
 
 
+def test_version_names_the_chat_model(http: httpx.Client) -> None:
+    assert http.get("/version").json()["chat"] == {
+        "model": "smollm2",
+        "context_tokens": CHAT_CONTEXT,
+    }
+
+
 def test_conversations_and_items_through_the_sdk(sdk: openai.OpenAI) -> None:
     conversation = sdk.conversations.create(
         metadata={"topic": "test"},

@@ -162,6 +162,7 @@ def test_versions_of_every_service(own_stack: Stack, api: httpx.Client) -> None:
     assert embedder["llama_cpp_python"]
     assert re.fullmatch(r"[0-9a-f]{64}", embedder["model_digest"])
     assert embedder["model_source"]
+    assert body["chat"] is None  # no chat model configured
 
     runner = CliRunner()
     printed = runner.invoke(cli, ["--version"])

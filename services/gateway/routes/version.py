@@ -33,6 +33,13 @@ async def version(request: Request) -> JSONResponse:
             {"name": name, **embedder} if name else embedder
             for name, embedder in zip(names, embedders, strict=False)
         ],
+        # Whether /v1/responses and /v1/chat/completions have a model to ask (its address
+        # stays private: this route is open).
+        "chat": (
+            {"model": deps.config.chat.model, "context_tokens": deps.config.chat.context_tokens}
+            if deps.config.chat
+            else None
+        ),
     }
     return JSONResponse(body)
 
