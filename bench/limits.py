@@ -23,6 +23,7 @@ from bench.context import Context, timed
 from bench.load import post_json
 from bench.processes import RunningStack, running_stack
 from bench.search import (
+    full_text,
     load,
     material,
     model_name,
@@ -70,7 +71,7 @@ def _one_size(
     k = ctx.config.k
     model = model_name(stack.embedder_target)
     rss_empty = stack.rss()["store"]
-    store_id, load_rate = load(stack, data, model, ctx.config.load_batch)
+    store_id, load_rate = load(stack, data, model, ctx.config.load_batch, full_text)
     _, index_seconds = wait_for_index(stack.store_target, store_id)
     figures: dict[str, Any] = {
         "chunks": data.size,
@@ -79,6 +80,7 @@ def _one_size(
         "rss_empty_mb": rss_empty,
         "rss_loaded_mb": stack.rss()["store"],
         "db_bytes": stack.db_bytes(),
+        "text_bytes": sum(len(full_text(row, data).encode()) for row in range(data.size)),
     }
     via_rest(stack.url, store_id, query_texts[:5], 1, k)
     rest = via_rest(stack.url, store_id, query_texts, 1, k)
@@ -169,7 +171,12 @@ def _rows(ctx: Context, size: int, f: dict[str, Any]) -> None:
         "MiB",
         f"{f['rss_loaded_mb']:.0f} MiB after the load, {f['rss_empty_mb']:.0f} empty",
     )
-    add("disk per chunk", f["db_bytes"] / f["chunks"], "B", "database and WAL")
+    add(
+        "disk per chunk",
+        f["db_bytes"] / f["chunks"],
+        "B",
+        f"database and WAL; chunk text ~{f['text_bytes'] / f['chunks']:.0f} B",
+    )
     add("backup", f["backup_s"], "s", f"{f['backup_bytes'] / 2**20:,.0f} MiB")
     add(
         "restore",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.context import Context, timed
-from bench.search import material
+from bench.search import full_text, material
 from bench.stats import Row, median, percentile
 from bench.vectors import DataSet, data_set
 from services.common.vectors import to_bytes
@@ -154,7 +154,7 @@ def _one_size(
                 ) as copy,
             ):
                 for row in range(start, stop):
-                    text = f"#{row} " + (data.texts[row] if row < data.real else "(derived)")
+                    text = full_text(row, data)
                     vector = to_bytes(data.vectors[row : row + 1])
                     copy.write_row((row, 1, f"file-{start:08d}", text, vector))
         load_rate = data.size / (time.perf_counter() - began)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -118,6 +118,12 @@ def _chunk_text(row: int, data: DataSet) -> str:
     return f"#{row} " + (data.texts[row] if row < data.real else "(derived)")
 
 
+def full_text(row: int, data: DataSet) -> str:
+    """Every row with a real snippet's text (derived rows repeat one): the full-text index and
+    the disk hold what a store of real chunks would."""
+    return f"#{row} " + data.texts[row % data.real]
+
+
 def index_kind(collection: store_pb2.Collection) -> str | None:
     """The collection's search index as the store reports it (a field named like "index"),
     or None for a store that has no such field."""
@@ -152,7 +158,13 @@ def wait_for_index(target: str, store_id: str, timeout: float = 900.0) -> tuple[
             time.sleep(0.2)
 
 
-def load(stack: RunningStack, data: DataSet, model: str, batch: int) -> tuple[str, float]:
+def load(
+    stack: RunningStack,
+    data: DataSet,
+    model: str,
+    batch: int,
+    text: Callable[[int, DataSet], str] = _chunk_text,
+) -> tuple[str, float]:
     """A new collection holding `data` (row i as chunk text "#i ..."), via AddChunks batches;
     returns its id and the load rate in vectors/s."""
     dims = int(data.vectors.shape[1])
@@ -172,7 +184,7 @@ def load(stack: RunningStack, data: DataSet, model: str, batch: int) -> tuple[st
                     file_id=f"file-bench-{start:08d}",
                     filename=f"rows-{start}-{stop - 1}.txt",
                     chunks=[
-                        store_pb2.ChunkInput(text=_chunk_text(row, data), token_count=0)
+                        store_pb2.ChunkInput(text=text(row, data), token_count=0)
                         for row in range(start, stop)
                     ],
                     vectors=to_bytes(data.vectors[start:stop]),
