@@ -116,7 +116,14 @@ def test_only_the_store_has_the_data_volume(compose: dict[str, Any]) -> None:
     ]
     # ... and Litestream, which reads its WAL; replication stays off until RAGD_REPLICA_URL
     # is set, for both.
-    assert services["replicator"]["volumes"] == ["ragd-data:/data", "ragd-replica:/replica"]
+    assert services["replicator"]["volumes"] == services["store"]["volumes"]
+    # Whoever is told where the service token is has it mounted (a service that lists its own
+    # volumes drops the common ones).
+    for name, service in services.items():
+        token = (service.get("environment") or {}).get("RAGD_SERVICE_TOKEN_FILE")
+        if token:
+            mounted = {v.split(":")[1] for v in service.get("volumes", [])}
+            assert str(Path(token).parent) in mounted, name
     for name in ("store", "replicator"):
         assert services[name]["environment"]["RAGD_REPLICA_URL"] is None, name
     assert services["embedder"]["volumes"] == ["ragd-token:/run/ragd:ro"]
