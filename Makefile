@@ -132,12 +132,21 @@ bench-quick: setup $(VENV)/.bench-installed
 clean:
 	rm -rf $(PB_DIR) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: compose-test k8s-validate
-# docker-compose.yml for real, with podman and podman-compose (installed from Debian as root if
-# missing) on a locally built Debian base image: build, up, a REST flow, one embedder replica
-# killed, the store restarted, down. Slow the first time (llama.cpp compiles); not in `make test`.
+.PHONY: compose-test base-image k8s-validate
+# ENGINE=docker|podman; empty: docker when a Docker daemon answers, else podman.
+ENGINE ?=
+# docker-compose.yml for real, with Docker Engine and Compose v2 or with podman and
+# podman-compose (installed from Debian as root if asked for and missing) on a locally built
+# Debian base image: build, up, a REST flow, one embedder replica killed, the store restarted,
+# down. Slow the first time (llama.cpp compiles); not in `make test`. RAGD_COMPOSE_ENGINE
+# works as ENGINE does.
 compose-test:
-	bash deploy/compose-test.sh
+	$(if $(ENGINE),RAGD_COMPOSE_ENGINE=$(ENGINE)) bash deploy/compose-test.sh
+
+# debian:bookworm-slim without Docker Hub: debootstrap from the Debian mirror, imported into
+# the engine (kept if there; RAGD_REBUILD_BASE=1 makes it again). Needs root.
+base-image:
+	bash deploy/base-image.sh $(ENGINE)
 
 # deploy/k8s rendered and checked against the Kubernetes API schemas (also part of `make test`).
 k8s-validate: setup
