@@ -133,9 +133,13 @@ def index_kind(collection: store_pb2.Collection) -> str | None:
     return None
 
 
-def wait_for_index(target: str, store_id: str, timeout: float = 900.0) -> tuple[str | None, float]:
+def wait_for_index(
+    target: str, store_id: str, timeout: float = 900.0, resident_timeout: float = 60.0
+) -> tuple[str | None, float]:
     """Waits while the store builds the collection's coarse index and loads its vectors into
-    memory in the background; returns the index it ends with and the seconds waited."""
+    memory in the background (at most `resident_timeout` for the latter: a store too large
+    for its memory budget never loads them); returns the index it ends with and the seconds
+    waited."""
     began = time.perf_counter()
     with grpc.insecure_channel(target) as channel:
         store = store_pb2_grpc.StoreStub(channel)
@@ -146,7 +150,7 @@ def wait_for_index(target: str, store_id: str, timeout: float = 900.0) -> tuple[
             index = index_kind(collection)
             waited = time.perf_counter() - began
             # A store too large for its memory budget stays out of memory: do not wait for it.
-            loading = not getattr(collection, "in_memory", True) and waited < 60
+            loading = not getattr(collection, "in_memory", True) and waited < resident_timeout
             if (index is None or index.endswith("=coarse")) and not loading:
                 return index, waited
             # "exact" a few seconds on: too small for a coarse index (the builder looks for
