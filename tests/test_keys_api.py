@@ -127,6 +127,10 @@ def test_a_read_key_limited_to_one_store(own_stack: Stack, stores: tuple[str, st
     )
     codes = {entry["error_code"] for entry in audited}
     assert {None, "not_found", "permission_denied", "rate_limit_exceeded"} <= codes
+    # The other store's refused read and search: a search is still a search though its
+    # route never ran to say so.
+    refused = [e for e in audited if e["error_code"] == "not_found"]
+    assert sorted(e["operation"] for e in refused) == ["read", "search"], refused
     table = runner.invoke(cli, [*base, "list"], env={"COLUMNS": "200"})
     assert "reader" in table.output and mine in table.output
     revoked = runner.invoke(cli, [*base, "revoke", "reader"])

@@ -21,7 +21,7 @@ from services.gateway.auth import principal
 from services.gateway.clients import Store
 from services.gateway.errors import ApiError, is_transient
 from services.gateway.flusher import Flusher
-from services.gateway.keys import store_in_path
+from services.gateway.keys import is_search, store_in_path
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,15 @@ class AuditMiddleware:
             _record(scope, status, at, (time.perf_counter() - started) * 1000)
 
 
+def _operation(method: str, path: str) -> str:
+    """What a request was, when its route did not say (it was refused before reaching it)."""
+    if is_search(method, path):
+        return "search"
+    if path == "/v1/embeddings":
+        return "embeddings"
+    return "read" if method in ("GET", "HEAD") else "write"
+
+
 def _record(scope: Scope, status: int, at: float, latency_ms: float) -> None:
     deps: Any = scope.get("state", {}).get("services")
     if deps is None:
@@ -141,7 +150,7 @@ def _record(scope: Scope, status: int, at: float, latency_ms: float) -> None:
     who = principal(scope)
     error_code = scope.get(ERROR_CODE) or (f"http_{status}" if status >= 400 else "")
     deps.audit.record(
-        info.get("operation") or ("read" if method in ("GET", "HEAD") else "write"),
+        info.get("operation") or _operation(method, scope["path"]),
         info.get("collection_id") or store_in_path(scope["path"]) or "",
         latency_ms=latency_ms,
         k=info.get("k", 0),

@@ -58,9 +58,13 @@ ADMIN = Principal(BOOTSTRAP, "admin")
 def required_scope(method: str, path: str) -> str:
     if path.startswith(("/admin", "/metrics")):
         return "admin"
-    if method in ("GET", "HEAD") or _SEARCHES.fullmatch(path):
+    if method in ("GET", "HEAD") or is_search(method, path):
         return "read"
     return "write"
+
+
+def is_search(method: str, path: str) -> bool:
+    return method == "POST" and _SEARCHES.fullmatch(path) is not None
 
 
 def store_in_path(path: str) -> str | None:
