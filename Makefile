@@ -129,6 +129,12 @@ bench: setup $(VENV)/.bench-installed
 bench-quick: setup $(VENV)/.bench-installed
 	$(PY) -m bench --quick $(BENCH_ARGS)
 
+# The limits of one store (scenario 11) and PostgreSQL on the same data (12, skipped without
+# Debian's postgresql): ~1 hour on 2 cores and ~20 GB of disk at 1M chunks.
+.PHONY: bench-limits
+bench-limits: setup $(VENV)/.bench-installed
+	$(PY) -m bench --only limits,postgres --limits-sizes 100000,1000000 --publish $(BENCH_ARGS)
+
 clean:
 	rm -rf $(PB_DIR) .pytest_cache .mypy_cache .ruff_cache
 
