@@ -355,9 +355,20 @@ project_networks() {
 
 # Leftovers of an interrupted run would collide with this one.
 compose_down() {
+  local volumes=() volume
+  if [[ $ENGINE == podman ]]; then
+    # podman-compose 1.0 removes neither anonymous volumes (the token service's: the store
+    # image's VOLUME /data) nor the network it created.
+    mapfile -t volumes < <(project_containers | xargs -r podman inspect \
+      -f '{{range .Mounts}}{{if eq .Type "volume"}}{{println .Name}}{{end}}{{end}}' | sort -u)
+  fi
   compose down -v >/dev/null 2>&1 || true
-  # podman-compose 1.0 does not remove the network it created.
-  [[ $ENGINE == docker ]] || podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
+  if [[ $ENGINE == podman ]]; then
+    podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
+    for volume in "${volumes[@]}"; do
+      [[ -z $volume ]] || podman volume rm -f "$volume" >/dev/null 2>&1 || true
+    done
+  fi
 }
 
 teardown() {
