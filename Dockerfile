@@ -1,11 +1,12 @@
-# One multi-stage file, one final target per service:
-#   docker build --target embedder|store|gateway|chat .
-# (docker-compose.yml builds all three, and the optional chat model with --profile chat.) Compilers, headers and pip caches stay in the build
+# One multi-stage file, one final target per service, built by `docker compose build [service]`
+# (all three, and the optional chat model with --profile chat). A plain `docker build --target`
+# needs BuildKit: Docker's CLI 28 without buildx falls back to the legacy builder, which builds
+# every stage above the target (README, Containers). Compilers, headers and pip caches stay in the build
 # stages; a final image is Debian's python3 plus one virtualenv, the source and, for the
 # embedder, the model.
 #
 # The base is a plain Debian image, so the same file builds from Docker Hub or from a bookworm
-# root filesystem imported locally under the same name (deploy/compose-test.sh does that).
+# root filesystem imported locally under the same name (`make base-image` does that).
 # Pin it harder with --build-arg BASE_IMAGE=debian:bookworm-slim@sha256:...
 #
 # Python packages are pinned by deploy/constraints.txt. Debian packages follow bookworm, which
