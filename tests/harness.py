@@ -7,6 +7,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -56,6 +57,12 @@ def started_stack(tmp: Path, embedders: int = 1, **overrides: str) -> Iterator[S
         yield stack
     finally:
         stack.stop()
+
+
+def ok(response: httpx.Response) -> Any:
+    """The JSON of a response that must be a 200."""
+    assert response.status_code == 200, response.text
+    return response.json()
 
 
 def wait_ready(client: httpx.Client, timeout: float = 30.0) -> None:

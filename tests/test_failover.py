@@ -36,7 +36,7 @@ from click.testing import CliRunner
 from services.cli.main import cli
 from services.launcher import REPLICATOR, Stack
 from services.store.replica import MONITOR_INTERVAL
-from tests.harness import started_stack, wait_ready
+from tests.harness import ok, started_stack, wait_ready
 from tests.store_fixtures import (
     check_conversation_invariants,
     check_invariants,
@@ -72,11 +72,6 @@ def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def api(own_stack: Stack) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=own_stack.gateway_url, timeout=60) as http:
         yield http
-
-
-def ok(reply: httpx.Response) -> Any:
-    assert reply.status_code == 200, reply.text
-    return reply.json()
 
 
 @dataclass

@@ -17,7 +17,7 @@ from services.cli.main import cli
 from services.client.errors import ClientError, Unauthenticated
 from services.client.ingest import Document, IngestClient, Progress, State, Summary
 from services.launcher import Stack
-from tests.harness import document, started_stack
+from tests.harness import document, ok, started_stack
 
 ADMIN = "bootstrap-admin-key-1"
 
@@ -30,11 +30,6 @@ def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def client(stack: Stack, key: str | None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return httpx.Client(base_url=stack.gateway_url, headers=headers, timeout=60)
-
-
-def ok(response: httpx.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 @pytest.fixture(scope="module")

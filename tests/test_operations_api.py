@@ -14,7 +14,7 @@ import pytest
 
 from services.launcher import Stack
 from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2, store_pb2_grpc
-from tests.harness import document, started_stack
+from tests.harness import document, ok, started_stack
 from tests.store_fixtures import check_invariants, open_readonly
 
 KEY = "ops-key-456"
@@ -31,11 +31,6 @@ def api(own_stack: Stack) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {KEY}"}
     with httpx.Client(base_url=own_stack.gateway_url, headers=headers, timeout=60) as http:
         yield http
-
-
-def ok(response: httpx.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def upload(api: httpx.Client, name: str, text: str) -> str:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from services.cli.main import cli
 from services.launcher import Stack
-from tests.harness import document, started_stack
+from tests.harness import document, ok, started_stack
 from tests.store_fixtures import check_invariants
 
 
@@ -35,11 +35,6 @@ def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def api(own_stack: Stack) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=own_stack.gateway_url, timeout=120) as http:
         yield http
-
-
-def ok(response: httpx.Response) -> Any:
-    assert response.status_code == 200, response.text
-    return response.json()
 
 
 def upload(api: httpx.Client, name: str, text: str) -> str:
