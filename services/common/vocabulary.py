@@ -70,7 +70,8 @@ MAX_CHUNK_TOKENS = 4096
 AUTO, STATIC = "auto", "static"
 
 # Operations the audit log records.
-AUDIT_OPERATIONS = ("search", "ingest", "embeddings", "read", "write")
+# "refused": requests turned away without a valid key, counted per minute in one entry each.
+AUDIT_OPERATIONS = ("search", "ingest", "embeddings", "read", "write", "refused")
 
 # OpenAI: items added to a conversation in one call; the item kinds and statuses it knows.
 MAX_NEW_ITEMS = 20

@@ -251,7 +251,14 @@ def attach(
             if twin is not None:
                 file_id = twin[0]
             else:
-                files.insert(conn, new, upload.content if upload else b"")
+                # An upload belongs to the vector store's project and to the key that sent it.
+                files.insert(
+                    conn,
+                    new,
+                    upload.content if upload else b"",
+                    project=catalog.project_of(conn, key),
+                    created_by=key_name,
+                )
                 file_id = new.id
         record, _ = attach_in_transaction(
             conn,

@@ -27,8 +27,8 @@ PRUNE_INTERVAL_SECONDS = 300
 PRUNE_BATCH = 10_000
 _DAY_SECONDS = 86400
 # id, at, operation, collection_id, k, latency_ms, result_count, degraded, detail, key_name,
-# embedded_tokens, error_code
-_Row = tuple[int, float, str, str, int, float, int, int, str, str, int, str]
+# embedded_tokens, error_code, project
+_Row = tuple[int, float, str, str, int, float, int, int, str, str, int, str, str]
 
 
 def _check(entry: AuditEntry, index: int) -> None:
@@ -56,8 +56,8 @@ def record(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> int:
     with atomic(conn):
         conn.executemany(
             "INSERT INTO audit_log (at, operation, collection_id, k, latency_ms, result_count,"
-            " degraded, detail, key_name, embedded_tokens, error_code)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " degraded, detail, key_name, embedded_tokens, error_code, project)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     entry.at,
@@ -71,6 +71,7 @@ def record(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> int:
                     entry.key_name[:64],
                     entry.embedded_tokens,
                     entry.error_code[:64],
+                    entry.project[:64],
                 )
                 for entry in entries
             ],
@@ -129,7 +130,7 @@ def list_page(
             list[_Row],
             conn.execute(
                 "SELECT id, at, operation, collection_id, k, latency_ms, result_count, degraded,"
-                " detail, key_name, embedded_tokens, error_code"
+                " detail, key_name, embedded_tokens, error_code, project"
                 f" FROM audit_log {where} ORDER BY id DESC LIMIT ?",
                 (*params, limit + 1),
             ).fetchall(),
@@ -148,6 +149,7 @@ def list_page(
             key_name=row[9],
             embedded_tokens=row[10],
             error_code=row[11],
+            project=row[12],
         )
         for row in rows[:limit]
     ]

@@ -10,10 +10,18 @@ from typing import Any
 import apsw
 
 from services.common.vocabulary import FILE_STATUSES
-from services.store import compat, fulltext, vector_index
+from services.store import access, compat, fulltext, vector_index
 from services.store.db import atomic, try_write
 from services.store.errors import CollectionNotFound, InvalidArgument
-from services.store.records import Collection, EmbeddingModel, FileCounts, ModelUse, Page
+from services.store.records import (
+    EVERYTHING,
+    Access,
+    Collection,
+    EmbeddingModel,
+    FileCounts,
+    ModelUse,
+    Page,
+)
 
 # sqlite-vec's limit on a vector column.
 MAX_DIMENSIONS = 8192
@@ -108,6 +116,11 @@ def touch(conn: apsw.Connection, key: int, collection: Collection, now: int) -> 
         )
 
 
+def project_of(conn: apsw.Connection, key: int) -> int:
+    """The project of the collection with this integer key (inside a transaction)."""
+    return int(conn.execute("SELECT project_id FROM collections WHERE id = ?", (key,)).get or 1)
+
+
 def lookup_key(conn: apsw.Connection, key: int) -> Collection:
     """The collection with this integer key, which the caller knows exists."""
     row = conn.execute(f"SELECT {_COLUMNS} FROM collections WHERE id = ?", (key,)).fetchone()
@@ -128,13 +141,14 @@ def insert(
     expires: tuple[str, int] = ("", 0),
     max_input_tokens: int = 0,
     shadow_of: int | None = None,
+    project: int = 1,
 ) -> int:
     """The collection's row and its vector tables, inside the caller's transaction; returns
     its key. A re-index's hidden collection names the one it will replace in `shadow_of`."""
     conn.execute(
         "INSERT INTO collections (public_id, name, metadata, model, dimensions, created_at,"
-        " last_active_at, expires_anchor, expires_days, max_input_tokens, shadow_of)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " last_active_at, expires_anchor, expires_days, max_input_tokens, shadow_of, project_id)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             public_id,
             name,
@@ -146,6 +160,7 @@ def insert(
             *expires,
             max(0, max_input_tokens),
             shadow_of,
+            project,
         ),
     )
     key = conn.last_insert_rowid()
@@ -165,6 +180,7 @@ def create(
     expires_anchor: str = "",
     expires_days: int = 0,
     max_input_tokens: int = 0,
+    caller: Access = EVERYTHING,
 ) -> Collection:
     check_expiry(expires_anchor, expires_days)
     if not model:
@@ -175,6 +191,7 @@ def create(
     with atomic(conn):
         insert(
             conn,
+            project=access.owner(conn, caller)[0],
             public_id=public_id,
             name=name,
             model=model,
@@ -238,6 +255,7 @@ def list_page(
     after: str | None,
     before: str | None,
     name: str | None = None,
+    caller: Access = EVERYTHING,
 ) -> Page[Collection]:
     """One page in creation order ("asc" oldest first, "desc" newest first), of the
     collections called `name` if given.
@@ -252,17 +270,18 @@ def list_page(
         raise InvalidArgument(f"order must be 'asc' or 'desc', got {order!r}")
     ascending = order == "asc"
     # A re-index's shadow (reindex.py) is not a vector store of its own.
-    conditions: list[str] = ["shadow_of IS NULL"]
-    params: list[int | str] = []
+    visible, visible_params = access.vector_stores_visible(conn, caller, "collections")
+    conditions: list[str] = ["shadow_of IS NULL", *visible]
+    params: list[Any] = list(visible_params)
     if name is not None:
         conditions.append("name = ?")
         params.append(name)
     if after:
         conditions.append("id > ?" if ascending else "id < ?")
-        params.append(_cursor_key(conn, after, "after"))
+        params.append(_cursor_key(conn, after, "after", caller))
     if before:
         conditions.append("id < ?" if ascending else "id > ?")
-        params.append(_cursor_key(conn, before, "before"))
+        params.append(_cursor_key(conn, before, "before", caller))
     # With only `before`, walk backwards from the cursor and flip the page afterwards.
     backwards = bool(before) and not after
     sql_ascending = ascending != backwards
@@ -278,9 +297,12 @@ def list_page(
     return Page(items=items, has_more=len(rows) > limit)
 
 
-def _cursor_key(conn: apsw.Connection, cursor: str, name: str) -> int:
+def _cursor_key(conn: apsw.Connection, cursor: str, name: str, caller: Access) -> int:
+    visible, params = access.vector_stores_visible(conn, caller, "collections")
+    where = "".join(f" AND {condition}" for condition in visible)
     row = conn.execute(
-        "SELECT id FROM collections WHERE public_id = ? AND shadow_of IS NULL", (cursor,)
+        f"SELECT id FROM collections WHERE public_id = ? AND shadow_of IS NULL{where}",
+        (cursor, *params),
     ).fetchone()
     if row is None:
         raise InvalidArgument(

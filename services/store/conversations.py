@@ -20,10 +20,11 @@ from services.common.vocabulary import (
     MAX_NEW_ITEMS,
     MAX_TITLE_CHARS,
 )
+from services.store import access
 from services.store.db import atomic
 from services.store.errors import ConversationNotFound, InvalidArgument, ItemNotFound
 from services.store.paging import fetch_page, unknown_cursor
-from services.store.records import Conversation, Item, NewItem, Page
+from services.store.records import EVERYTHING, Access, Conversation, Item, NewItem, Page
 
 ID_PREFIX = "conv_"
 MAX_LIST_LIMIT = 100
@@ -205,15 +206,17 @@ def create(
     title: str,
     items: Sequence[NewItem],
     now: int,
+    caller: Access = EVERYTHING,
 ) -> tuple[Conversation, list[Item]]:
     metadata_json = _check_metadata(metadata)
     check_items(items)
     public_id = ID_PREFIX + secrets.token_hex(24)
     with atomic(conn):
+        project, created_by = access.owner(conn, caller)
         conn.execute(
-            "INSERT INTO conversations (public_id, created_at, last_active_at, metadata, title)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (public_id, now, now, metadata_json, _check_title(title)),
+            "INSERT INTO conversations (public_id, created_at, last_active_at, metadata, title,"
+            " project_id, created_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (public_id, now, now, metadata_json, _check_title(title), project, created_by),
         )
         key = conn.last_insert_rowid()
         keys = insert_items(conn, items, now=now, conversation=key)
@@ -261,31 +264,42 @@ def delete(conn: apsw.Connection, conversation_id: str) -> None:
 
 
 def list_page(
-    conn: apsw.Connection, *, limit: int, order: str, after: str | None, before: str | None
+    conn: apsw.Connection,
+    *,
+    limit: int,
+    order: str,
+    after: str | None,
+    before: str | None,
+    caller: Access = EVERYTHING,
 ) -> Page[Conversation]:
     """Most recently active first ("desc") or least ("asc")."""
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise InvalidArgument(f"limit must be 1..{MAX_LIST_LIMIT}, got {limit}")
     with atomic(conn, write=False):
+        visible = access.conversations_visible(conn, caller, "conversations")
         rows, has_more = fetch_page(
             conn,
             select=f"SELECT {_CONVERSATION}",
-            conditions=[],
-            params=[],
+            conditions=visible[0],
+            params=visible[1],
             sort_columns=("last_active_at", "id"),
             limit=limit,
             order=order,
-            after=_cursor(conn, after, "after"),
-            before=_cursor(conn, before, "before"),
+            after=_cursor(conn, after, "after", visible),
+            before=_cursor(conn, before, "before", visible),
         )
     return Page(items=[_conversation(row)[1] for row in rows], has_more=has_more)
 
 
-def _cursor(conn: apsw.Connection, public_id: str | None, name: str) -> tuple[Any, ...] | None:
+def _cursor(
+    conn: apsw.Connection, public_id: str | None, name: str, visible: access.Clause
+) -> tuple[Any, ...] | None:
     if not public_id:
         return None
+    where = "".join(f" AND {condition}" for condition in visible[0])
     row = conn.execute(
-        "SELECT last_active_at, id FROM conversations WHERE public_id = ?", (public_id,)
+        f"SELECT last_active_at, id FROM conversations WHERE public_id = ?{where}",
+        (public_id, *visible[1]),
     ).fetchone()
     if row is None:
         raise unknown_cursor(name, public_id, "conversation id")

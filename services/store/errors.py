@@ -129,3 +129,12 @@ class ReindexRunning(StoreError):
 
 class NoReindex(StoreError):
     """Cancel asked for a collection with no re-index in progress."""
+
+
+class ProjectNotFound(StoreError):
+    def __init__(self, project: str) -> None:
+        super().__init__(f"no project {project!r}")
+
+
+class ProjectExists(StoreError):
+    pass

@@ -8,11 +8,11 @@ from typing import Any, cast
 
 import apsw
 
-from services.store import attachments
+from services.store import access, attachments
 from services.store.db import atomic
 from services.store.errors import FileNotFound, InvalidArgument
 from services.store.paging import fetch_page, unknown_cursor
-from services.store.records import File, Page
+from services.store.records import EVERYTHING, Access, File, Page
 
 ID_PREFIX = "file-"
 
@@ -54,20 +54,33 @@ def new_record(*, filename: str, purpose: str, content: bytes, now: int) -> File
     )
 
 
-def insert(conn: apsw.Connection, file: File, content: bytes) -> None:
-    """Writes the file and its bytes (inside a transaction)."""
+def insert(
+    conn: apsw.Connection, file: File, content: bytes, *, project: int, created_by: str
+) -> None:
+    """Writes the file and its bytes (inside a transaction), owned by `project` and the key
+    `created_by`."""
     conn.execute(
-        "INSERT INTO files (id, filename, bytes, created_at, purpose, sha256)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (file.id, file.filename, file.bytes, file.created_at, file.purpose, file.sha256),
-    )
+        "INSERT INTO files (id, filename, bytes, created_at, purpose, sha256, project_id,"
+        " created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (file.id, file.filename, file.bytes, file.created_at, file.purpose, file.sha256,
+         project, created_by),
+    )  # fmt: skip
     conn.execute("INSERT INTO file_contents (file_id, content) VALUES (?, ?)", (file.id, content))
 
 
-def create(conn: apsw.Connection, *, filename: str, purpose: str, content: bytes, now: int) -> File:
+def create(
+    conn: apsw.Connection,
+    *,
+    filename: str,
+    purpose: str,
+    content: bytes,
+    now: int,
+    caller: Access = EVERYTHING,
+) -> File:
     file = new_record(filename=filename, purpose=purpose, content=content, now=now)
     with atomic(conn):
-        insert(conn, file, content)
+        project, created_by = access.owner(conn, caller)
+        insert(conn, file, content, project=project, created_by=created_by)
     return file
 
 
@@ -87,22 +100,28 @@ def content(conn: apsw.Connection, file_id: str) -> tuple[File, bytes]:
 
 
 def list_page(
-    conn: apsw.Connection, *, limit: int, order: str, after: str | None, purpose: str | None
+    conn: apsw.Connection,
+    *,
+    limit: int,
+    order: str,
+    after: str | None,
+    purpose: str | None,
+    caller: Access = EVERYTHING,
 ) -> Page[File]:
-    conditions: list[str] = []
-    params: list[Any] = []
-    if purpose:
-        conditions.append("purpose = ?")
-        params.append(purpose)
     with atomic(conn, write=False):
+        conditions, params = access.files_visible(conn, caller, "files")
         cursor = None
         if after:
+            where = "".join(f" AND {condition}" for condition in conditions)
             row = conn.execute(
-                "SELECT created_at, rowid FROM files WHERE id = ?", (after,)
+                f"SELECT created_at, rowid FROM files WHERE id = ?{where}", (after, *params)
             ).fetchone()
             if row is None:
                 raise unknown_cursor("after", after, "file id")
             cursor = tuple(row)
+        if purpose:
+            conditions.append("purpose = ?")
+            params.append(purpose)
         rows, has_more = fetch_page(
             conn,
             select=f"SELECT {_COLUMNS} FROM files",

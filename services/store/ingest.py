@@ -10,7 +10,7 @@ from typing import cast
 import apsw
 
 from services.common.vectors import FloatMatrix, to_bytes
-from services.store import fulltext, vector_index
+from services.store import catalog, fulltext, vector_index
 from services.store.catalog import lookup
 from services.store.compat import check_indexing, check_vectors
 from services.store.db import atomic
@@ -142,10 +142,16 @@ def add_chunks(
             delete_chunks(conn, key, file_id)
             # A file written directly is complete: any ingest job for it is moot.
             conn.execute("DELETE FROM jobs WHERE collection_id = ? AND file_id = ?", (key, file_id))
+        # The file belongs to the vector store's project; an id of another project's file is
+        # not this caller's to write to.
+        project = catalog.project_of(conn, key)
+        taken = conn.execute("SELECT project_id FROM files WHERE id = ?", (file_id,)).get
+        if taken is not None and taken != project:
+            raise InvalidArgument(f"file id {file_id!r} is taken; write the chunks under another")
         conn.execute(
-            "INSERT INTO files (id, filename, created_at) VALUES (?, ?, ?)"
+            "INSERT INTO files (id, filename, created_at, project_id) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (id) DO UPDATE SET filename = excluded.filename",
-            (file_id, filename, now),
+            (file_id, filename, now, project),
         )
         conn.execute(
             "INSERT INTO collection_files (collection_id, file_id, status, attributes,"

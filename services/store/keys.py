@@ -14,9 +14,10 @@ from typing import Any
 
 import apsw
 
+from services.store import projects
 from services.store.db import atomic
 from services.store.errors import CollectionNotFound, InvalidArgument, KeyExists, KeyNotFound
-from services.store.records import ApiKey, KeyUsage
+from services.store.records import DEFAULT_PROJECT, ApiKey, KeyState, KeyUsage
 
 SCOPES = ("admin", "write", "read")
 PREFIX = "rk-"
@@ -26,9 +27,12 @@ _DAY_SECONDS = 86400
 _COLUMNS = (
     "k.name, k.scope, k.vector_stores, k.requests_per_minute, k.tokens_per_day, k.created_at,"
     " k.last_used_at, k.revoked_at, k.requests, k.searches, k.embedded_tokens, k.bytes_stored,"
-    " coalesce(d.embedded_tokens, 0)"
+    " coalesce(d.embedded_tokens, 0), p.public_id, k.project_conversations"
 )
-_FROM = "FROM api_keys k LEFT JOIN api_key_days d ON d.key_id = k.id AND d.day = ?"
+_FROM = (
+    "FROM api_keys k JOIN projects p ON p.id = k.project_id"
+    " LEFT JOIN api_key_days d ON d.key_id = k.id AND d.day = ?"
+)
 
 
 def digest(secret: str) -> bytes:
@@ -41,7 +45,7 @@ def day_of(now: float) -> int:
 
 def _row(row: Sequence[Any]) -> ApiKey:
     (name, scope, stores, rpm, tpd, created, used, revoked, requests, searches, tokens, stored,
-     today) = row  # fmt: skip
+     today, project, project_conversations) = row  # fmt: skip
     return ApiKey(
         name=str(name),
         scope=str(scope),
@@ -56,6 +60,8 @@ def _row(row: Sequence[Any]) -> ApiKey:
         embedded_tokens=int(tokens),
         bytes_stored=int(stored),
         tokens_today=int(today),
+        project=str(project),
+        project_conversations=bool(project_conversations),
     )
 
 
@@ -68,8 +74,11 @@ def create(
     requests_per_minute: int = 0,
     tokens_per_day: int = 0,
     now: float,
+    project: str = DEFAULT_PROJECT,
+    project_conversations: bool = False,
 ) -> tuple[ApiKey, str]:
-    """A new key and its secret (the only time the secret exists outside the caller)."""
+    """A new key of `project` (its id or name) and its secret (the only time the secret exists
+    outside the caller). Admin keys manage every project: they belong to the default one."""
     if not _NAME.fullmatch(name):
         raise InvalidArgument(
             f"a key's name is 1-64 letters, digits, '.', '_' and '-', got {name[:80]!r}"
@@ -80,10 +89,25 @@ def create(
         raise InvalidArgument("limits are counts: 0 (no limit) or more")
     secret = PREFIX + secrets.token_urlsafe(32)
     stores = sorted(set(vector_stores))
+    if project_conversations and not stores:
+        raise InvalidArgument(
+            "project_conversations is for keys limited to some vector stores; a key without "
+            "that limit reaches its project's conversations anyway"
+        )
     with atomic(conn):
+        project_key = projects.key_of(conn, project)
+        if scope == "admin" and project_key != projects.DEFAULT_KEY:
+            raise InvalidArgument(
+                "admin keys manage every project and belong to the default one; make a "
+                "write or read key for this project"
+            )
         for store_id in stores:
             if (
-                conn.execute("SELECT 1 FROM collections WHERE public_id = ?", (store_id,)).get
+                conn.execute(
+                    "SELECT 1 FROM collections WHERE public_id = ? AND project_id = ?"
+                    " AND shadow_of IS NULL",
+                    (store_id, project_key),
+                ).get
                 is None
             ):
                 raise CollectionNotFound(store_id)
@@ -91,9 +115,10 @@ def create(
             raise KeyExists(f"a key named {name!r} exists; revoke it or pick another name")
         conn.execute(
             "INSERT INTO api_keys (name, digest, scope, vector_stores, requests_per_minute,"
-            " tokens_per_day, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            " tokens_per_day, created_at, project_id, project_conversations)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (name, digest(secret), scope, json.dumps(stores), requests_per_minute,
-             tokens_per_day, int(now)),
+             tokens_per_day, int(now), project_key, int(project_conversations)),
         )  # fmt: skip
         return _one(conn, "k.name = ?", (name,), now), secret
 
@@ -125,6 +150,15 @@ def list_keys(conn: apsw.Connection, now: float, *, revoked: bool = False) -> li
 
 def live_keys(conn: apsw.Connection) -> int:
     return int(conn.execute("SELECT count(*) FROM api_keys WHERE revoked_at = 0").get or 0)
+
+
+def state(conn: apsw.Connection) -> KeyState:
+    """What gateways poll to learn, within a second, that keys exist or one was revoked."""
+    with atomic(conn, write=False):
+        row = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE revoked_at <> 0) FROM api_keys"
+        ).fetchone()
+    return KeyState(keys=int(row[0]), revoked=int(row[1])) if row else KeyState(0, 0)
 
 
 def revoke(conn: apsw.Connection, name: str, now: float) -> ApiKey:

@@ -404,6 +404,35 @@ _V11_JOB_KEYS = """
 ALTER TABLE jobs ADD COLUMN key_name TEXT NOT NULL DEFAULT '';
 """
 
+# Ownership (access.py): projects, the project of every vector store, file, conversation,
+# response and key, and the key that made a file, conversation or response. Everything made
+# before goes to the default project (id 1), which always exists. No REFERENCES on the new
+# columns: SQLite refuses to add one with a non-NULL default while foreign keys are on.
+_V12_PROJECTS = """
+CREATE TABLE projects (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    public_id  TEXT    NOT NULL UNIQUE,
+    name       TEXT    NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL
+) STRICT;
+INSERT INTO projects (id, public_id, name, created_at) VALUES (1, 'proj_default', 'default', 0);
+
+ALTER TABLE collections ADD COLUMN project_id INTEGER NOT NULL DEFAULT 1;
+CREATE INDEX collections_project ON collections (project_id, created_at);
+ALTER TABLE files ADD COLUMN project_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE files ADD COLUMN created_by TEXT NOT NULL DEFAULT '';
+CREATE INDEX files_project ON files (project_id, created_at);
+ALTER TABLE conversations ADD COLUMN project_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE conversations ADD COLUMN created_by TEXT NOT NULL DEFAULT '';
+CREATE INDEX conversations_project ON conversations (project_id, last_active_at);
+ALTER TABLE responses ADD COLUMN project_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE responses ADD COLUMN created_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE api_keys ADD COLUMN project_id INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE api_keys ADD COLUMN project_conversations INTEGER NOT NULL DEFAULT 0
+    CHECK (project_conversations IN (0, 1));
+ALTER TABLE audit_log ADD COLUMN project TEXT NOT NULL DEFAULT '';
+"""
+
 
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
@@ -417,6 +446,7 @@ MIGRATIONS: list[Migration] = [
     _v9_fulltext_per_collection,
     _script(_V10_API_KEYS),
     _script(_V11_JOB_KEYS),
+    _script(_V12_PROJECTS),
 ]
 
 

@@ -250,6 +250,8 @@ class AuditEntry:
     embedded_tokens: int = 0
     # OpenAI's error code of a failed request; "" when it succeeded.
     error_code: str = ""
+    # The key's project ("" when the API is open or the caller unknown).
+    project: str = ""
 
 
 @dataclass(frozen=True)
@@ -287,12 +289,46 @@ class RestoreResult:
     seconds: float
 
 
+# Ownership (access.py): every vector store, file, conversation, response and key belongs to
+# a project; objects made before projects existed, and with an open API, to the default one.
+DEFAULT_PROJECT = "proj_default"
+
+
+@dataclass(frozen=True)
+class Project:
+    id: str
+    name: str
+    created_at: int
+
+
+@dataclass(frozen=True)
+class Access:
+    """On whose behalf a store call runs, as the gateway vouches for it: the API key's project,
+    its name and its limits. The default, no project, reaches everything: the store's own
+    callers (ingest workers, the history indexer) and an open API."""
+
+    project: str = ""
+    key: str = ""
+    # Non-empty: a key limited to these vector stores, which reaches only their files and the
+    # files it uploaded, and only the conversations and responses it made ...
+    vector_stores: frozenset[str] = frozenset()
+    # ... or, with this, its project's.
+    project_conversations: bool = False
+
+    @property
+    def everything(self) -> bool:
+        return not self.project
+
+
+EVERYTHING = Access()
+
+
 @dataclass(frozen=True)
 class ApiKey:
     name: str
     # "admin", "write" or "read".
     scope: str
-    # The vector stores it may reach; empty: all.
+    # The vector stores it may reach; empty: all of its project's.
     vector_stores: tuple[str, ...]
     # 0: no limit.
     requests_per_minute: int
@@ -307,6 +343,19 @@ class ApiKey:
     bytes_stored: int
     # Embedded tokens this UTC day.
     tokens_today: int
+    project: str = DEFAULT_PROJECT
+    # A key limited to some vector stores reaches its project's conversations and responses,
+    # not only those it made.
+    project_conversations: bool = False
+
+
+@dataclass(frozen=True)
+class KeyState:
+    """Keys made and revoked so far: revoking only ever adds to `revoked`, so a change of
+    either number tells a gateway to look its cached keys up again."""
+
+    keys: int
+    revoked: int
 
 
 @dataclass(frozen=True)

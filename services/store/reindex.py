@@ -95,6 +95,7 @@ def start(
             now=now,
             max_input_tokens=max_chunk_tokens,
             shadow_of=key,
+            project=catalog.project_of(conn, key),
         )
         conn.execute(
             "INSERT INTO reindexes (collection_id, shadow_id, status, from_model,"

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from services.common.versions import process_versions
 from services.common.vocabulary import LEXICAL, VECTOR
 from services.store import (
+    access,
     attachments,
     audit,
     batches,
@@ -34,6 +35,7 @@ from services.store import (
     keys,
     maintenance,
     migrations,
+    projects,
     reindex,
     replica,
     resident,
@@ -52,6 +54,9 @@ from services.store.db import (
 from services.store.disk import DiskWatch
 from services.store.errors import InvalidArgument, MaintenanceRunning, ReplicaUnavailable
 from services.store.records import (
+    DEFAULT_PROJECT,
+    EVERYTHING,
+    Access,
     AddChunksResult,
     ApiKey,
     AttributeValue,
@@ -70,12 +75,14 @@ from services.store.records import (
     FileBatch,
     Item,
     ItemHit,
+    KeyState,
     KeyUsage,
     NewFile,
     NewItem,
     NewResponse,
     Page,
     PendingText,
+    Project,
     ResponseRecord,
     RestoreResult,
     SearchHit,
@@ -204,6 +211,7 @@ class Repository:
         expires_anchor: str = "",
         expires_days: int = 0,
         max_input_tokens: int = 0,
+        caller: Access = EVERYTHING,
     ) -> Collection:
         return catalog.create(
             self._conn(),
@@ -215,6 +223,7 @@ class Repository:
             expires_anchor=expires_anchor,
             expires_days=expires_days,
             max_input_tokens=max_input_tokens,
+            caller=caller,
         )
 
     def update_collection(
@@ -265,9 +274,16 @@ class Repository:
         after: str | None = None,
         before: str | None = None,
         name: str | None = None,
+        caller: Access = EVERYTHING,
     ) -> Page[Collection]:
         return catalog.list_page(
-            self._conn(), limit=limit, order=order, after=after, before=before, name=name
+            self._conn(),
+            limit=limit,
+            order=order,
+            after=after,
+            before=before,
+            name=name,
+            caller=caller,
         )
 
     def delete_collection(self, collection_id: str) -> None:
@@ -325,9 +341,16 @@ class Repository:
 
     # Files
 
-    def create_file(self, filename: str, purpose: str, content: bytes) -> File:
+    def create_file(
+        self, filename: str, purpose: str, content: bytes, caller: Access = EVERYTHING
+    ) -> File:
         return files.create(
-            self._conn(), filename=filename, purpose=purpose, content=content, now=self._now()
+            self._conn(),
+            filename=filename,
+            purpose=purpose,
+            content=content,
+            now=self._now(),
+            caller=caller,
         )
 
     def get_file(self, file_id: str) -> File:
@@ -342,8 +365,11 @@ class Repository:
         order: str = "desc",
         after: str | None = None,
         purpose: str | None = None,
+        caller: Access = EVERYTHING,
     ) -> Page[File]:
-        return files.list_page(self._conn(), limit=limit, order=order, after=after, purpose=purpose)
+        return files.list_page(
+            self._conn(), limit=limit, order=order, after=after, purpose=purpose, caller=caller
+        )
 
     def delete_file(self, file_id: str) -> None:
         """Deletes the file and removes it from every collection."""
@@ -575,8 +601,11 @@ class Repository:
         vector_stores: Sequence[str] = (),
         requests_per_minute: int = 0,
         tokens_per_day: int = 0,
+        project: str = "",
+        project_conversations: bool = False,
     ) -> tuple[ApiKey, str]:
-        """The new key's record and its secret, which is not kept anywhere."""
+        """The new key's record and its secret, which is not kept anywhere; `project`: its id
+        or name (default: the default project)."""
         return keys.create(
             self._conn(),
             name=name,
@@ -585,6 +614,8 @@ class Repository:
             requests_per_minute=requests_per_minute,
             tokens_per_day=tokens_per_day,
             now=self._clock(),
+            project=project or DEFAULT_PROJECT,
+            project_conversations=project_conversations,
         )
 
     def authenticate_api_key(self, secret: str) -> ApiKey | None:
@@ -595,6 +626,26 @@ class Repository:
 
     def live_api_keys(self) -> int:
         return keys.live_keys(self._conn())
+
+    def key_state(self) -> KeyState:
+        return keys.state(self._conn())
+
+    # Projects and who reaches what (projects.py, access.py)
+
+    def create_project(self, name: str) -> Project:
+        return projects.create(self._conn(), name, self._now())
+
+    def list_projects(self) -> list[Project]:
+        return projects.list_all(self._conn())
+
+    def authorize(self, caller: Access, references: Sequence[tuple[str, str]]) -> None:
+        """Raises the not-found error of the first (kind, public id) the caller does not
+        reach, as for an id that does not exist."""
+        if caller.everything or not references:
+            return
+        with atomic(self._conn(), write=False):
+            for kind, public_id in references:
+                access.check(self._conn(), caller, kind, public_id)
 
     def revoke_api_key(self, name: str) -> ApiKey:
         return keys.revoke(self._conn(), name, self._clock())
@@ -756,9 +807,15 @@ class Repository:
         metadata: Mapping[str, str] | None = None,
         title: str = "",
         items: Sequence[NewItem] = (),
+        caller: Access = EVERYTHING,
     ) -> tuple[Conversation, list[Item]]:
         return conversations.create(
-            self._conn(), metadata=metadata or {}, title=title, items=items, now=self._now()
+            self._conn(),
+            metadata=metadata or {},
+            title=title,
+            items=items,
+            now=self._now(),
+            caller=caller,
         )
 
     def get_conversation(self, conversation_id: str) -> Conversation:
@@ -781,9 +838,10 @@ class Repository:
         order: str = "desc",
         after: str | None = None,
         before: str | None = None,
+        caller: Access = EVERYTHING,
     ) -> Page[Conversation]:
         return conversations.list_page(
-            self._conn(), limit=limit, order=order, after=after, before=before
+            self._conn(), limit=limit, order=order, after=after, before=before, caller=caller
         )
 
     def add_items(self, conversation_id: str, items: Sequence[NewItem]) -> list[Item]:
@@ -815,6 +873,7 @@ class Repository:
         mode: str = LEXICAL,
         vector: bytes = b"",
         model: str = "",
+        caller: Access = EVERYTHING,
     ) -> list[ItemHit]:
         return item_search.search(
             self._conn(),
@@ -824,6 +883,7 @@ class Repository:
             mode=mode,
             vector=vector,
             model=model,
+            caller=caller,
         )
 
     def pending_item_texts(self, model: str, after: int, limit: int) -> list[PendingText]:
@@ -834,8 +894,8 @@ class Repository:
     ) -> int:
         return item_search.put_vectors(self._conn(), model, dimensions, keys, data)
 
-    def record_response(self, response: NewResponse) -> ResponseRecord:
-        return responses.record(self._conn(), response, now=self._now())
+    def record_response(self, response: NewResponse, caller: Access = EVERYTHING) -> ResponseRecord:
+        return responses.record(self._conn(), response, now=self._now(), caller=caller)
 
     def get_response(self, response_id: str) -> ResponseRecord:
         return responses.get(self._conn(), response_id)

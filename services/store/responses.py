@@ -15,12 +15,12 @@ from typing import Any
 
 import apsw
 
-from services.store import conversations
+from services.store import access, conversations
 from services.store.conversations import ITEM_COLUMNS, ITEM_FROM, item_record
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, ResponseExists, ResponseNotFound
 from services.store.paging import fetch_page, unknown_cursor
-from services.store.records import Item, NewResponse, Page, ResponseRecord
+from services.store.records import EVERYTHING, Access, Item, NewResponse, Page, ResponseRecord
 
 STATUSES = ("completed", "incomplete", "failed", "cancelled")
 _ID = re.compile(r"resp_[A-Za-z0-9]{8,64}")
@@ -74,7 +74,9 @@ def _record(conn: apsw.Connection, key: int, row: tuple[Any, ...]) -> ResponseRe
     )
 
 
-def record(conn: apsw.Connection, response: NewResponse, *, now: int) -> ResponseRecord:
+def record(
+    conn: apsw.Connection, response: NewResponse, *, now: int, caller: Access = EVERYTHING
+) -> ResponseRecord:
     """Writes the response, its input and output items and, with a conversation, appends them
     to it, all in one transaction."""
     if not _ID.fullmatch(response.id):
@@ -93,10 +95,11 @@ def record(conn: apsw.Connection, response: NewResponse, *, now: int) -> Respons
             conversation = conversations.lookup(conn, response.conversation_id)[0]
         if response.previous_response_id:
             _lookup(conn, response.previous_response_id)
+        project, created_by = access.owner(conn, caller)
         conn.execute(
             "INSERT INTO responses (public_id, conversation_id, previous_response_id, created_at,"
-            " completed_at, status, model, settings, usage, error)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " completed_at, status, model, settings, usage, error, project_id, created_by)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 response.id,
                 conversation,
@@ -108,6 +111,8 @@ def record(conn: apsw.Connection, response: NewResponse, *, now: int) -> Respons
                 response.settings or "{}",
                 response.usage or "{}",
                 response.error or "{}",
+                project,
+                created_by,
             ),
         )
         key = conn.last_insert_rowid()

@@ -15,11 +15,11 @@ from typing import Any
 import apsw
 
 from services.common.vocabulary import LEXICAL, SEARCH_MODES, VECTOR
-from services.store import conversations
+from services.store import access, conversations
 from services.store.conversations import ITEM_COLUMNS, ITEM_FROM, item_record
 from services.store.db import atomic, vectors_available
 from services.store.errors import InvalidArgument
-from services.store.records import ItemHit, PendingText
+from services.store.records import EVERYTHING, Access, ItemHit, PendingText
 from services.store.search.hybrid import candidate_count, reciprocal_rank_fusion
 from services.store.search.lexical import fts_query, score_from_bm25
 from services.store.search.vector import score_from_distance
@@ -66,9 +66,10 @@ def search(
     mode: str = LEXICAL,
     vector: bytes = b"",
     model: str = "",
+    caller: Access = EVERYTHING,
 ) -> list[ItemHit]:
-    """The k items of conversations (of one, if given) that best match `text`, or the
-    `vector` of it by `model` (vector and hybrid modes)."""
+    """The k items of the conversations the caller reaches (of one, if given) that best match
+    `text`, or the `vector` of it by `model` (vector and hybrid modes)."""
     if not 1 <= k <= MAX_K:
         raise InvalidArgument(f"k must be 1..{MAX_K}, got {k}")
     if not text.strip():
@@ -80,10 +81,12 @@ def search(
     if not vectors_available():
         mode = LEXICAL  # a store without sqlite-vec has the text index only
     with atomic(conn, write=False):
-        condition, scope = "", []
+        visible, scope = access.conversations_visible(conn, caller, "c")
+        condition = "".join(f" AND {clause}" for clause in visible)
         if conversation_id:
             key, _ = conversations.lookup(conn, conversation_id)
-            condition, scope = " AND i.conversation_id = ?", [key]
+            condition += " AND i.conversation_id = ?"
+            scope.append(key)
         if mode == LEXICAL:
             return _lexical(conn, text, k, condition, scope)
         if mode == VECTOR:

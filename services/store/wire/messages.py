@@ -257,6 +257,7 @@ def audit_entry_from_message(message: pb.AuditEntry) -> AuditEntry:
         key_name=message.key_name,
         embedded_tokens=message.embedded_tokens,
         error_code=message.error_code,
+        project=message.project,
     )
 
 
@@ -274,6 +275,7 @@ def audit_entry_message(entry: AuditEntry) -> pb.AuditEntry:
         key_name=entry.key_name,
         embedded_tokens=entry.embedded_tokens,
         error_code=entry.error_code,
+        project=entry.project,
     )
 
 

@@ -33,6 +33,8 @@ from services.store.errors import (
     MaintenanceRunning,
     ModelMismatch,
     NoReindex,
+    ProjectExists,
+    ProjectNotFound,
     ReindexRunning,
     ReplicaUnavailable,
     ResponseExists,
@@ -42,6 +44,7 @@ from services.store.errors import (
     VectorsUnavailable,
 )
 from services.store.repository import DEFAULT_LIST_LIMIT, Repository
+from services.store.wire import guard
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,8 @@ _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (ReplicaUnavailable, grpc.StatusCode.FAILED_PRECONDITION),
     (KeyExists, grpc.StatusCode.ALREADY_EXISTS),
     (KeyNotFound, grpc.StatusCode.NOT_FOUND),
+    (ProjectExists, grpc.StatusCode.ALREADY_EXISTS),
+    (ProjectNotFound, grpc.StatusCode.NOT_FOUND),
     (MaintenanceRunning, grpc.StatusCode.ABORTED),
     (ReindexRunning, grpc.StatusCode.ABORTED),
     (NoReindex, grpc.StatusCode.FAILED_PRECONDITION),
@@ -102,10 +107,18 @@ class RpcBase:
         self._executor = executor
 
     async def _call(self, context: Context, work: Callable[[], T]) -> T:
+        """Runs `work` on a database thread, after refusing any object the request names that
+        its caller does not reach (guard.py); store errors become statuses."""
         loop = asyncio.get_running_loop()
         disk = self._repository.disk
+        call = guard.pending()
+
+        def checked() -> T:
+            self._repository.authorize(call.caller, call.references)
+            return work()
+
         try:
-            result = await loop.run_in_executor(self._executor, work)
+            result = await loop.run_in_executor(self._executor, checked)
             if disk.full:
                 disk.check_recovered()
             return result

@@ -9,6 +9,7 @@ from services.pb import store_pb2 as pb
 from services.store.errors import InvalidArgument
 from services.store.records import EmbeddingModel
 from services.store.search import runnable_mode
+from services.store.wire.guard import caller
 from services.store.wire.messages import (
     attributes_from_message,
     chunking_from_message,
@@ -29,9 +30,11 @@ class CollectionRpcs(RpcBase):
     async def CreateCollection(
         self, request: pb.CreateCollectionRequest, context: Context
     ) -> pb.Collection:
+        who = caller()
         collection = await self._call(
             context,
             lambda: self._repository.create_collection(
+                caller=who,
                 name=request.name,
                 model=request.model,
                 dimensions=request.dimensions,
@@ -91,9 +94,11 @@ class CollectionRpcs(RpcBase):
         self, request: pb.ListCollectionsRequest, context: Context
     ) -> pb.ListCollectionsResponse:
         limit, order = list_args(request.limit, request.order)
+        who = caller()
         page = await self._call(
             context,
             lambda: self._repository.list_collections(
+                caller=who,
                 limit=limit,
                 order=order,
                 after=request.after or None,

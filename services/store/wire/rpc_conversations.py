@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.common.grpc_server import Context
 from services.common.vocabulary import LEXICAL
 from services.pb import store_pb2 as pb
+from services.store.wire.guard import caller
 from services.store.wire.messages import (
     conversation_message,
     item_message,
@@ -19,10 +20,14 @@ class ConversationRpcs(RpcBase):
     async def CreateConversation(
         self, request: pb.CreateConversationRequest, context: Context
     ) -> pb.ConversationWithItems:
+        who = caller()
         conversation, items = await self._call(
             context,
             lambda: self._repository.create_conversation(
-                dict(request.metadata), request.title, new_items_from_message(request.items)
+                dict(request.metadata),
+                request.title,
+                new_items_from_message(request.items),
+                caller=who,
             ),
         )
         return pb.ConversationWithItems(
@@ -60,10 +65,15 @@ class ConversationRpcs(RpcBase):
         self, request: pb.ListConversationsRequest, context: Context
     ) -> pb.ListConversationsResponse:
         limit, order = list_args(request.limit, request.order)
+        who = caller()
         page = await self._call(
             context,
             lambda: self._repository.list_conversations(
-                limit=limit, order=order, after=request.after or None, before=request.before or None
+                limit=limit,
+                order=order,
+                after=request.after or None,
+                before=request.before or None,
+                caller=who,
             ),
         )
         return pb.ListConversationsResponse(
@@ -111,6 +121,7 @@ class ConversationRpcs(RpcBase):
     async def SearchHistory(
         self, request: pb.SearchHistoryRequest, context: Context
     ) -> pb.SearchHistoryResponse:
+        who = caller()
         hits = await self._call(
             context,
             lambda: self._repository.search_history(
@@ -120,6 +131,7 @@ class ConversationRpcs(RpcBase):
                 mode=request.mode or LEXICAL,
                 vector=request.query_vector,
                 model=request.model,
+                caller=who,
             ),
         )
         return pb.SearchHistoryResponse(
@@ -153,8 +165,10 @@ class ConversationRpcs(RpcBase):
     async def RecordResponse(
         self, request: pb.RecordResponseRequest, context: Context
     ) -> pb.ResponseRecord:
+        who = caller()
         record = await self._call(
-            context, lambda: self._repository.record_response(response_from_message(request))
+            context,
+            lambda: self._repository.record_response(response_from_message(request), caller=who),
         )
         return response_message(record)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
 from services.store.records import BatchFileInput, NewFile
+from services.store.wire.guard import caller
 from services.store.wire.messages import (
     attributes_from_message,
     batch_message,
@@ -22,10 +23,11 @@ from services.store.wire.rpc_base import (
 
 class FileRpcs(RpcBase):
     async def CreateFile(self, request: pb.CreateFileRequest, context: Context) -> pb.File:
+        who = caller()
         file = await self._call(
             context,
             lambda: self._repository.create_file(
-                request.filename, request.purpose, request.content
+                request.filename, request.purpose, request.content, caller=who
             ),
         )
         return file_message(file)
@@ -39,9 +41,11 @@ class FileRpcs(RpcBase):
         self, request: pb.ListFilesRequest, context: Context
     ) -> pb.ListFilesResponse:
         limit, order = list_args(request.limit, request.order)
+        who = caller()
         page = await self._call(
             context,
             lambda: self._repository.list_files(
+                caller=who,
                 limit=limit,
                 order=order,
                 after=request.after or None,

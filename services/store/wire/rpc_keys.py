@@ -1,4 +1,5 @@
-"""API key RPCs: thin adapters over Repository's key methods (services/store/keys.py)."""
+"""API key and project RPCs: thin adapters over Repository's key and project methods
+(services/store/keys.py, projects.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import grpc
 
 from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
-from services.store.records import ApiKey, KeyUsage
+from services.store.records import ApiKey, KeyUsage, Project
 from services.store.wire.rpc_base import RpcBase
 
 
@@ -25,6 +26,8 @@ def key_message(key: ApiKey) -> pb.ApiKey:
         embedded_tokens=key.embedded_tokens,
         bytes_stored=key.bytes_stored,
         tokens_today=key.tokens_today,
+        project=key.project,
+        project_conversations=key.project_conversations,
     )
 
 
@@ -40,6 +43,8 @@ class KeyRpcs(RpcBase):
                 list(request.vector_stores),
                 request.requests_per_minute,
                 request.tokens_per_day,
+                request.project,
+                request.project_conversations,
             ),
         )
         return pb.CreatedApiKey(key=key_message(key), secret=secret)
@@ -81,3 +86,21 @@ class KeyRpcs(RpcBase):
         ]
         await self._call(context, lambda: self._repository.record_key_usage(usages))
         return pb.RecordKeyUsageResponse()
+
+    async def GetKeyState(self, request: pb.GetKeyStateRequest, context: Context) -> pb.KeyState:
+        state = await self._call(context, self._repository.key_state)
+        return pb.KeyState(keys=state.keys, revoked=state.revoked)
+
+    async def CreateProject(self, request: pb.CreateProjectRequest, context: Context) -> pb.Project:
+        project = await self._call(context, lambda: self._repository.create_project(request.name))
+        return project_message(project)
+
+    async def ListProjects(
+        self, request: pb.ListProjectsRequest, context: Context
+    ) -> pb.ListProjectsResponse:
+        found = await self._call(context, self._repository.list_projects)
+        return pb.ListProjectsResponse(projects=[project_message(item) for item in found])
+
+
+def project_message(project: Project) -> pb.Project:
+    return pb.Project(id=project.id, name=project.name, created_at=project.created_at)

@@ -31,6 +31,7 @@ from services.store.metrics import StoreCollector, watch
 from services.store.repository import OperationsSettings, Repository
 from services.store.resident import ResidentSettings
 from services.store.vector_index import IndexSettings
+from services.store.wire.guard import Guard
 from services.store.wire.servicer import StoreServicer
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
             *server_interceptors(),
             MetricsInterceptor(),
             *service_auth(config.service_token),
+            # Innermost: whose call it is, and the objects it names (guard.py).
+            Guard(),
         ],
         options=SERVER_OPTIONS,
     )
