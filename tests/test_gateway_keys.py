@@ -8,7 +8,14 @@ import asyncio
 import pytest
 
 from services.gateway.errors import NotFound, Unavailable
-from services.gateway.keys import Keys, Principal, RateLimits, required_scope, store_in_path
+from services.gateway.keys import (
+    STATE_SECONDS,
+    Keys,
+    Principal,
+    RateLimits,
+    required_scope,
+    store_in_path,
+)
 from services.pb import store_pb2
 
 
@@ -56,17 +63,17 @@ def test_keys_are_required_once_the_store_holds_one_and_unknown_means_its_error(
     held = [0]
     down = [True]
 
-    async def count() -> int:
+    async def state() -> store_pb2.KeyState:
         if down[0]:
             raise Unavailable("the store service is unavailable; retry shortly")
-        return held[0]
+        return store_pb2.KeyState(keys=held[0])
 
     async def lookup(secret: str) -> store_pb2.ApiKey:
         if secret != "rk-good":
             raise NotFound("no live API key has this secret")
         return store_pb2.ApiKey(name="good", scope="write", vector_stores=["vs_1"])
 
-    keys = Keys((), lookup, count, lambda: now[0])
+    keys = Keys((), lookup, state, lambda: now[0])
 
     async def scenario() -> None:
         with pytest.raises(Unavailable):
@@ -74,11 +81,11 @@ def test_keys_are_required_once_the_store_holds_one_and_unknown_means_its_error(
         down[0] = False
         assert await keys.required() is False
         held[0] = 1
-        assert await keys.required() is False  # cached for a few seconds
-        now[0] = 6.0
+        assert await keys.required() is False  # polled at most every STATE_SECONDS
+        now[0] += STATE_SECONDS
         assert await keys.required() is True
         down[0] = True
-        now[0] = 12.0
+        now[0] += 10.0
         assert await keys.required() is True  # the last answer, while the store is away
         who = await keys.identify("rk-good")
         assert who is not None and who.allows("read") and not who.allows("admin")
@@ -86,7 +93,38 @@ def test_keys_are_required_once_the_store_holds_one_and_unknown_means_its_error(
         assert await keys.identify("rk-bad") is None
 
     asyncio.run(scenario())
-    boot = Keys(("boot",), lookup, count, lambda: now[0])
+    boot = Keys(("boot",), lookup, state, lambda: now[0])
     assert asyncio.run(boot.required()) is True
     admin = asyncio.run(boot.identify("boot"))
     assert admin is not None and admin.allows("admin") and admin.reaches("vs_anything")
+
+
+def test_a_revocation_anywhere_reaches_the_cache_within_the_poll() -> None:
+    """Every gateway polls the store's key state: once a key is revoked (on any gateway) the
+    next request after STATE_SECONDS looks it up again instead of trusting the cache."""
+    now = [0.0]
+    revoked = [0]
+    lookups = [0]
+
+    async def state() -> store_pb2.KeyState:
+        return store_pb2.KeyState(keys=1, revoked=revoked[0])
+
+    async def lookup(secret: str) -> store_pb2.ApiKey:
+        lookups[0] += 1
+        if revoked[0]:
+            raise NotFound("no live API key has this secret")
+        return store_pb2.ApiKey(name="good", scope="write", project="proj_a")
+
+    keys = Keys((), lookup, state, lambda: now[0])
+
+    async def scenario() -> None:
+        who = await keys.identify("rk-good")
+        assert who is not None and who.project == "proj_a"
+        now[0] += 0.1
+        assert await keys.identify("rk-good") == who and lookups[0] == 1  # cached
+        revoked[0] = 1
+        now[0] += STATE_SECONDS
+        assert await keys.identify("rk-good") is None
+        assert lookups[0] == 2
+
+    asyncio.run(scenario())

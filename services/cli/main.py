@@ -68,13 +68,21 @@ err = Console(stderr=True, highlight=False)
 
 
 class Settings:
-    def __init__(self, url: str, ingest_target: str | None, api_key: str | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        ingest_target: str | None,
+        api_key: str | None,
+        project: str | None = None,
+    ) -> None:
         self.url = url
         self.ingest_target = ingest_target or f"{urlsplit(url).hostname or '127.0.0.1'}:50053"
         self.api_key = api_key
+        self.project = project
 
-    def rest(self) -> RestClient:
-        return RestClient(self.url, self.api_key)
+    def rest(self, project: str | None = None) -> RestClient:
+        """`project` overrides --project for one command."""
+        return RestClient(self.url, self.api_key, project=project or self.project)
 
     def chat(self) -> ChatClient:
         # Replies stream for as long as the model writes; this bounds the wait between pieces.
@@ -123,6 +131,12 @@ name_option = click.option(
     "port 50053].",
 )
 @click.option("--api-key", envvar="RAGD_API_KEY", help="API key [env RAGD_API_KEY].")
+@click.option(
+    "--project",
+    envvar="RAGD_PROJECT",
+    help="Act in this project, by id or name (admin keys; other keys act in their own) "
+    "[env RAGD_PROJECT].",
+)
 @click.version_option(
     ragd_version(),
     "-V",
@@ -132,9 +146,15 @@ name_option = click.option(
     "`ragd version` asks the server",
 )
 @click.pass_context
-def cli(ctx: click.Context, url: str, ingest_target: str | None, api_key: str | None) -> None:
+def cli(
+    ctx: click.Context,
+    url: str,
+    ingest_target: str | None,
+    api_key: str | None,
+    project: str | None,
+) -> None:
     """ragd: a self-hosted retrieval service, from the command line."""
-    ctx.obj = Settings(url, ingest_target, api_key)
+    ctx.obj = Settings(url, ingest_target, api_key, project)
 
 
 @cli.group()
@@ -500,7 +520,19 @@ def keys() -> None:
     required=True,
     help="read: search and reads; write: also ingest and changes; admin: everything.",
 )
-@click.option("--stores", help="Only these vector stores (names or ids, comma-separated).")
+@click.option(
+    "--project",
+    help="The project the key belongs to and reaches (id or name; default: the default "
+    "project, or --project before the command).",
+)
+@click.option(
+    "--stores", help="Only these vector stores of its project (names or ids, comma-separated)."
+)
+@click.option(
+    "--project-conversations",
+    is_flag=True,
+    help="With --stores: reach every conversation of the project, not only the key's own.",
+)
 @click.option("--rpm", type=click.IntRange(0), default=0, help="Requests per minute (0: no limit).")
 @click.option(
     "--tokens-per-day", type=click.IntRange(0), default=0, help="Embedded tokens per UTC day."
@@ -511,15 +543,21 @@ def keys_create(
     settings: Settings,
     name: str,
     scope: str,
+    project: str | None,
     stores: str | None,
+    project_conversations: bool,
     rpm: int,
     tokens_per_day: int,
     as_json: bool,
 ) -> None:
     """Make the key NAME and print it: this is the only time it is shown."""
-    with settings.rest() as rest:
+    project = project or settings.project or ""
+    # Store names are looked up in the key's project.
+    with settings.rest(project) as rest:
         ids = [rest.resolve(s.strip()).id for s in (stores or "").split(",") if s.strip()]
-        made = rest.create_key(name, scope, ids, rpm, tokens_per_day)
+        made = rest.create_key(
+            name, scope, ids, rpm, tokens_per_day, project, project_conversations
+        )
     if as_json:
         _print_json(made)
         return
@@ -558,10 +596,43 @@ def keys_usage(settings: Settings, as_json: bool) -> None:
 @click.argument("name")
 @click.pass_obj
 def keys_revoke(settings: Settings, name: str) -> None:
-    """Revoke the key NAME for good (within 10 s on every gateway)."""
+    """Revoke the key NAME for good (within a second on every gateway)."""
     with settings.rest() as rest:
         rest.revoke_key(name)
     out.print(f"revoked [bold]{escape(name)}[/]")
+
+
+@cli.group()
+def projects() -> None:
+    """Projects: what vector stores, files, conversations and keys belong to; a key reaches
+    its project's only (the gateway's /admin/projects; needs an admin key)."""
+
+
+@projects.command("create")
+@click.argument("name")
+@json_option
+@click.pass_obj
+def projects_create(settings: Settings, name: str, as_json: bool) -> None:
+    """Make the project NAME; then `ragd keys create KEY --project NAME`."""
+    with settings.rest() as rest:
+        made = rest.create_project(name)
+    if as_json:
+        _print_json(made)
+        return
+    out.print(f"project [bold]{escape(name)}[/] made: {made['id']}")
+
+
+@projects.command("list")
+@json_option
+@click.pass_obj
+def projects_list(settings: Settings, as_json: bool) -> None:
+    """Every project."""
+    with settings.rest() as rest:
+        found = rest.projects()
+    if as_json:
+        _print_json(found)
+        return
+    out.print(render.projects_table(found))
 
 
 @cli.group()

@@ -70,14 +70,15 @@ _RIGHT: dict[str, Literal["right"]] = {"RESULTS": "right", "TOKENS": "right", "M
 
 def keys_table(keys: Sequence[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NAME", "SCOPE", "STORES", "RPM", "TOKENS/DAY", "REQUESTS", "SEARCHES",
-                   "TOKENS", "TODAY", "STORED", "LAST USED", "REVOKED"):  # fmt: skip
+    for column in ("NAME", "SCOPE", "PROJECT", "STORES", "RPM", "TOKENS/DAY", "REQUESTS",
+                   "SEARCHES", "TOKENS", "TODAY", "STORED", "LAST USED", "REVOKED"):  # fmt: skip
         table.add_column(column, overflow="fold")
     for key in keys:
         usage = key["usage"]
         table.add_row(
             escape(str(key["name"])),
             str(key["scope"]),
+            escape(str(key.get("project", ""))),
             ",".join(key["vector_stores"]) or "all",
             str(key["requests_per_minute"] or "-"),
             str(key["tokens_per_day"] or "-"),
@@ -89,6 +90,16 @@ def keys_table(keys: Sequence[dict[str, Any]]) -> Table:
             when(key["last_used_at"] or 0),
             when(key["revoked_at"] or 0),
         )
+    return table
+
+
+def projects_table(projects: Sequence[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("NAME", overflow="fold")
+    table.add_column("ID", no_wrap=True)
+    table.add_column("CREATED", no_wrap=True)
+    for project in projects:
+        table.add_row(escape(str(project["name"])), str(project["id"]), when(project["created_at"]))
     return table
 
 

@@ -69,10 +69,18 @@ class SearchResults:
 
 class RestClient:
     def __init__(
-        self, base_url: str = DEFAULT_URL, api_key: str | None = None, timeout: float = 60.0
+        self,
+        base_url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        project: str | None = None,
     ) -> None:
+        """`project`: act in this project (its id or name; admin keys only), as OpenAI's
+        SDKs do with the OpenAI-Project header."""
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        if project:
+            headers["OpenAI-Project"] = project
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
     def close(self) -> None:
@@ -267,6 +275,8 @@ class RestClient:
         vector_stores: list[str] | None = None,
         requests_per_minute: int = 0,
         tokens_per_day: int = 0,
+        project: str = "",
+        project_conversations: bool = False,
     ) -> dict[str, Any]:
         body = {
             "name": name,
@@ -274,8 +284,18 @@ class RestClient:
             "vector_stores": vector_stores or [],
             "requests_per_minute": requests_per_minute,
             "tokens_per_day": tokens_per_day,
+            "project": project,
+            "project_conversations": project_conversations,
         }
         result: dict[str, Any] = self.request("POST", "/admin/keys", json=body)
+        return result
+
+    def create_project(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", "/admin/projects", json={"name": name})
+        return result
+
+    def projects(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", "/admin/projects")["data"]
         return result
 
     def keys(self, revoked: bool = False) -> list[dict[str, Any]]:

@@ -64,6 +64,8 @@ ROUTES = [
     Route("/admin/keys", keys.create_key, methods=["POST"]),
     Route("/admin/keys", keys.list_keys, methods=["GET"]),
     Route("/admin/keys/{name}", keys.revoke_key, methods=["DELETE"]),
+    Route("/admin/projects", keys.create_project, methods=["POST"]),
+    Route("/admin/projects", keys.list_projects, methods=["GET"]),
     Route("/admin/stats", admin.stats, methods=["GET"]),
     Route("/admin/audit", admin.audit, methods=["GET"]),
     Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
@@ -155,10 +157,10 @@ def create_app(config: GatewayConfig) -> Starlette:
             )
             return found
 
-        async def count() -> int:
+        async def state() -> store_pb2.KeyState:
             # Revoked keys count: revoking the last key must not open the API to everyone.
-            request = store_pb2.ListApiKeysRequest(revoked=True)
-            return len((await store.ListApiKeys(request)).keys)
+            found: store_pb2.KeyState = await store.GetKeyState(store_pb2.GetKeyStateRequest())
+            return found
 
         key_usage.start()
         deps = Services(
@@ -169,7 +171,7 @@ def create_app(config: GatewayConfig) -> Starlette:
             workers,
             audit,
             Attacher(store, embedders, workers),
-            Keys(config.api_keys, lookup, count, time.monotonic),
+            Keys(config.api_keys, lookup, state, time.monotonic),
             RateLimits(),
             key_usage,
             ChatUpstream(config.chat) if config.chat else None,

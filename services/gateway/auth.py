@@ -7,7 +7,6 @@ day). Without either, the API is open, as before keys existed.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -20,16 +19,34 @@ from services.gateway.errors import (
     Unauthenticated,
 )
 from services.gateway.http_errors import response
-from services.gateway.keys import Principal, required_scope, store_in_path
+from services.gateway.keys import (
+    Principal,
+    act_for,
+    admit,
+    project_for,
+    required_scope,
+    store_in_path,
+)
 
 # /metrics too: its figures name vector stores' activity and the load on the service.
 PROTECTED = ("/v1", "/admin", "/metrics")
-# Where a request's principal is left for the routes (None: the API is open).
+# Where a request's principal is left for the routes (None: the API is open), and the project
+# it acts in.
 PRINCIPAL = "ragd.principal"
+PROJECT = "ragd.project"
+# OpenAI's SDKs send the client's `project` in this header; an admin key acts in the project
+# it names, any other key must name its own.
+PROJECT_HEADER = b"openai-project"
 
 
 def principal(scope: Scope) -> Principal | None:
     found: Principal | None = scope.get(PRINCIPAL)
+    return found
+
+
+def project(scope: Scope) -> str:
+    """The project a request acts in; "" when the API is open."""
+    found: str = scope.get(PROJECT, "")
     return found
 
 
@@ -81,48 +98,31 @@ class ApiKeyMiddleware:
             return
         # Known from here on, refused or not: the audit log names the key.
         scope[PRINCIPAL] = who
-        refusal = refuse(who, scope["method"], scope["path"], deps)
+        requested = headers.get(PROJECT_HEADER, b"").decode("latin-1").strip()
+        acting, mismatch = project_for(who, requested)
+        scope[PROJECT] = acting
+        refusal = mismatch or refuse(who, scope["method"], scope["path"], deps)
         if refusal is not None:
             await response(refusal)(scope, receive, send)
             return
         path = scope["path"]
         deps.key_usage.count(who.name, searches=int(path.endswith("/search")))
+        # Every store call of this request is made for the key, in its project.
+        act_for(who, acting)
         await self.app(scope, receive, send)
 
 
 def refuse(
     who: Principal, method: str, path: str, deps: Any
 ) -> PermissionDenied | NotFound | Overloaded | None:
-    """Why `who` may not make this request, or None."""
+    """Why `who` may not make this request, or None (then it counts against its limits)."""
     need = required_scope(method, path)
-    if not who.allows(need):
-        return PermissionDenied(
-            f"the API key {who.name!r} has the {who.scope} scope; this request needs {need}"
-        )
     store_id = store_in_path(path)
-    if store_id is not None and not who.reaches(store_id):
+    if who.allows(need) and store_id is not None and not who.reaches(store_id):
         # As for an id that does not exist: a limited key learns nothing of other stores.
         return NotFound(f"no vector store with id {store_id!r}")
-    if who.vector_stores and method == "POST" and path == "/v1/vector_stores":
+    if who.allows(need) and who.vector_stores and method == "POST" and path == "/v1/vector_stores":
         return PermissionDenied(
             f"the API key {who.name!r} is limited to some vector stores and cannot create one"
         )
-    wait = deps.rate_limits.check(who)
-    if wait is not None:
-        return Overloaded(
-            f"the API key {who.name!r} is limited to {who.requests_per_minute} requests per "
-            f"minute; retry in {wait} s",
-            code="rate_limit_exceeded",
-            retry_after=wait,
-        )
-    if who.tokens_per_day:
-        used = who.tokens_today + deps.key_usage.tokens(who.name)
-        if used >= who.tokens_per_day:
-            midnight = (int(time.time()) // 86400 + 1) * 86400
-            return Overloaded(
-                f"the API key {who.name!r} has embedded its {who.tokens_per_day} tokens for "
-                "today (UTC)",
-                code="rate_limit_exceeded",
-                retry_after=max(1, midnight - int(time.time())),
-            )
-    return None
+    return admit(who, need, deps.rate_limits, deps.key_usage)

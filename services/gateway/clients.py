@@ -24,6 +24,7 @@ from services.common.grpc_server import MAX_MESSAGE_BYTES
 from services.common.security import TlsFiles, bearer_metadata
 from services.common.vectors import FloatMatrix, from_bytes
 from services.gateway import errors
+from services.gateway.keys import acting_metadata
 from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2_grpc
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ def open_channel(
     ]
     interceptors: list[grpc.aio.ClientInterceptor] = [
         _Translate(service, timeout, token),
-        _StreamMetadata(token),
+        _StreamMetadata(service, token),
     ]
     if tls is not None:
         credentials = tls.channel_credentials()
@@ -220,6 +221,7 @@ def _trailer(error: grpc.aio.AioRpcError, name: str) -> str | None:
 class _Translate(grpc.aio.UnaryUnaryClientInterceptor):
     def __init__(self, service: str, timeout: float, token: str | None) -> None:
         self._service = service
+        self._store = service == "store"
         self._timeout = timeout
         self._metadata = (bearer_metadata(token),) if token else ()
 
@@ -232,7 +234,9 @@ class _Translate(grpc.aio.UnaryUnaryClientInterceptor):
         request: Req,
     ) -> Resp | grpc.aio.UnaryUnaryCall[Req, Resp]:
         details = client_call_details
-        traced = tracing.outgoing()
+        # The trace context, and the API key the call is made for (the store's ownership
+        # checks: keys.act_for).
+        traced = tracing.outgoing() + (acting_metadata() if self._store else ())
         if details.timeout is None or self._metadata or traced:
             metadata = grpc.aio.Metadata(*(details.metadata or ()), *self._metadata, *traced)
             details = grpc.aio.ClientCallDetails(
@@ -253,7 +257,8 @@ class _StreamMetadata(grpc.aio.UnaryStreamClientInterceptor):
     """The service token and the trace context on server-streaming calls too; their errors
     surface while reading, where the caller translates them (from_grpc)."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, service: str, token: str | None) -> None:
+        self._store = service == "store"
         self._metadata = (bearer_metadata(token),) if token else ()
 
     async def intercept_unary_stream(
@@ -263,7 +268,7 @@ class _StreamMetadata(grpc.aio.UnaryStreamClientInterceptor):
         request: Req,
     ) -> Any:
         details = client_call_details
-        traced = tracing.outgoing()
+        traced = tracing.outgoing() + (acting_metadata() if self._store else ())
         if self._metadata or traced:
             details = grpc.aio.ClientCallDetails(
                 details.method,

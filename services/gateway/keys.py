@@ -2,13 +2,17 @@
 from the store (scoped, optionally limited to vector stores and rate-limited).
 
 Plain logic, no HTTP: the middleware (auth.py) asks `Keys.identify` for a bearer token's
-principal, `required_scope` for what a request needs, `RateLimits.check` whether the key may
-go on. Lookups in the store are cached for CACHE_SECONDS, so a revoked key stops working
-within that time on every gateway (at once on the gateway that revoked it).
+principal, `required_scope` for what a request needs, `admit` whether the key may go on.
+Lookups in the store are cached, and every gateway polls the store's key state (GetKeyState)
+at most STATE_SECONDS apart while it serves requests: a revoked key stops working within that
+on every gateway (at once on the one that revoked it). A key belongs to a project and reaches
+only its objects; the store enforces that for every call made on its behalf (`act_for`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -16,19 +20,31 @@ import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
-from services.gateway.errors import ApiError, NotFound, is_transient
+from services.common import tenancy
+from services.gateway.errors import (
+    ApiError,
+    NotFound,
+    Overloaded,
+    PermissionDenied,
+    is_transient,
+)
 from services.gateway.flusher import Flusher
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
 
 SCOPES = ("read", "write", "admin")
+# A looked-up key (and its tokens used today) is trusted this long unless the key state
+# changes meanwhile.
 CACHE_SECONDS = 10.0
-# How often the gateway asks whether the store holds any key (auth turns on when it does).
-PRESENCE_SECONDS = 5.0
+# How stale the key state may be when a request is checked: the most a revocation takes to
+# reach every gateway (auth also turns on within this once the store holds a key).
+STATE_SECONDS = 0.5
 BOOTSTRAP = "bootstrap"
+DEFAULT_PROJECT = "proj_default"
 
 # Requests that only read, though they are POSTs.
 _SEARCHES = re.compile(r"/v1/vector_stores/[^/]+/search|/v1/conversations(/[^/]+)?/search")
@@ -39,11 +55,14 @@ _STORE_PATH = re.compile(r"/v1/vector_stores/(?P<id>[^/]+)")
 class Principal:
     name: str
     scope: str
-    # Empty: every vector store.
+    # Empty: every vector store of its project.
     vector_stores: frozenset[str] = frozenset()
     requests_per_minute: int = 0
     tokens_per_day: int = 0
     tokens_today: int = 0
+    project: str = DEFAULT_PROJECT
+    # A key limited to some vector stores reaches its project's conversations, not only its own.
+    project_conversations: bool = False
 
     def allows(self, scope: str) -> bool:
         return SCOPES.index(self.scope) >= SCOPES.index(scope)
@@ -51,8 +70,44 @@ class Principal:
     def reaches(self, store_id: str) -> bool:
         return not self.vector_stores or store_id in self.vector_stores
 
+    def caller(self) -> tenancy.Caller:
+        return tenancy.Caller(
+            self.project, self.name, self.vector_stores, self.project_conversations
+        )
+
 
 ADMIN = Principal(BOOTSTRAP, "admin")
+
+# The key a request (or an ingest stream's document) is served for; the store calls made
+# meanwhile carry it (clients.py), and the store reaches only what it may (access.py). Unset
+# for the gateway's own work (ingest workers, the history indexer) and with an open API.
+_ACTING: ContextVar[tenancy.Caller | None] = ContextVar("ragd_acting_for", default=None)
+
+
+def act_for(who: Principal | None, project: str = "") -> None:
+    """From here on in this task (and tasks it starts), store calls are made for `who`, in
+    `project` if given (an admin key's choice of project)."""
+    caller = who.caller() if who is not None else None
+    if caller is not None and project:
+        caller = dataclasses.replace(caller, project=project)
+    _ACTING.set(caller)
+
+
+def acting_metadata() -> tuple[tuple[str, str], ...]:
+    caller = _ACTING.get()
+    return tenancy.to_metadata(caller) if caller is not None else ()
+
+
+def project_for(who: Principal, requested: str) -> tuple[str, PermissionDenied | None]:
+    """The project a request acts in: the key's, or for an admin key the one it names
+    (OpenAI's `OpenAI-Project` header, as the SDKs send with `project=`)."""
+    if not requested or requested == who.project:
+        return who.project, None
+    if who.scope == "admin":
+        return requested, None
+    return who.project, PermissionDenied(
+        f"the API key {who.name!r} belongs to project {who.project!r}, not {requested[:80]!r}"
+    )
 
 
 def required_scope(method: str, path: str) -> str:
@@ -81,57 +136,74 @@ def principal_of(key: store_pb2.ApiKey) -> Principal:
         key.requests_per_minute,
         key.tokens_per_day,
         key.tokens_today,
+        key.project or DEFAULT_PROJECT,
+        key.project_conversations,
     )
 
 
 Lookup = Callable[[str], Awaitable[store_pb2.ApiKey]]
-Count = Callable[[], Awaitable[int]]
+State = Callable[[], Awaitable[store_pb2.KeyState]]
 
 
 class Keys:
     def __init__(
-        self, bootstrap: tuple[str, ...], lookup: Lookup, count: Count, clock: Callable[[], float]
+        self, bootstrap: tuple[str, ...], lookup: Lookup, state: State, clock: Callable[[], float]
     ) -> None:
         self._bootstrap = [key.encode() for key in bootstrap]
         self._lookup = lookup
-        self._count = count
+        self._state = state
         self._clock = clock
         self._cache: dict[bytes, tuple[float, Principal | None]] = {}
-        # Unknown until the store first answers (requests get its error meanwhile).
-        self._present: tuple[float, bool | None] = (-1e18, None)
+        # (when polled, (keys, revoked)); unknown until the store first answers (requests get
+        # its error meanwhile).
+        self._known: tuple[float, tuple[int, int] | None] = (-1e18, None)
+
+    async def _refresh(self) -> tuple[int, int] | None:
+        """The store's key state, polled at most every STATE_SECONDS; a change (a key made or
+        revoked on any gateway) empties the cache. Raises the store's error while it was never
+        heard from; keeps the last state while it is away."""
+        at, known = self._known
+        if known is not None and self._clock() - at < STATE_SECONDS:
+            return known
+        try:
+            reply = await self._state()
+        except ApiError as error:
+            if known is None or not is_transient(error):
+                raise
+            return known
+        state = (reply.keys, reply.revoked)
+        if state != known:
+            self._cache.clear()
+        self._known = (self._clock(), state)
+        return state
 
     async def required(self) -> bool:
         """Whether requests need a key: bootstrap keys are set, or the store holds keys
         (revoked ones too: revoking the last key leaves the API closed; RAGD_API_KEYS then
         lets an operator in)."""
         if self._bootstrap:
+            # Still polled, for revocations of the store's keys; the bootstrap keys work
+            # without the store.
+            with contextlib.suppress(ApiError):
+                await self._refresh()
             return True
-        at, present = self._present
-        if present is not None and self._clock() - at < PRESENCE_SECONDS:
-            return present
-        try:
-            present = await self._count() > 0
-        except ApiError as error:
-            if present is None or not is_transient(error):
-                # Never heard from the store: it cannot be known whether a key is needed.
-                raise
-            # The store is away: keep the last answer.
-            return present
-        self._present = (self._clock(), present)
-        return present
+        state = await self._refresh()
+        return state is not None and state[0] > 0
 
     def created(self) -> None:
         """A key was just made here: authentication is on from now."""
-        self._present = (self._clock(), True)
+        self._known = (-1e18, self._known[1])
 
     def forget(self) -> None:
         """A key was revoked here: look keys up again."""
         self._cache.clear()
+        self._known = (-1e18, self._known[1])
 
     async def identify(self, token: str) -> Principal | None:
         encoded = token.encode()
         if any(hmac.compare_digest(encoded, key) for key in self._bootstrap):
             return ADMIN
+        await self._refresh()
         digest = hashlib.sha256(encoded).digest()
         now = self._clock()
         cached = self._cache.get(digest)
@@ -145,6 +217,35 @@ class Keys:
             self._cache.clear()
         self._cache[digest] = (now, found)
         return found
+
+
+def admit(
+    who: Principal, need: str, rate_limits: RateLimits, usage: Usage
+) -> PermissionDenied | Overloaded | None:
+    """Why `who` may not go on with a request that needs the scope `need` (its scope, its
+    requests per minute, its tokens per day), or None; counts the request against the
+    per-minute limit when it may. The REST middleware and the gRPC ingest door both ask."""
+    if not who.allows(need):
+        return PermissionDenied(
+            f"the API key {who.name!r} has the {who.scope} scope; this request needs {need}"
+        )
+    wait = rate_limits.check(who)
+    if wait is not None:
+        return Overloaded(
+            f"the API key {who.name!r} is limited to {who.requests_per_minute} requests per "
+            f"minute; retry in {wait} s",
+            code="rate_limit_exceeded",
+            retry_after=wait,
+        )
+    if who.tokens_per_day and who.tokens_today + usage.tokens(who.name) >= who.tokens_per_day:
+        midnight = (int(time.time()) // 86400 + 1) * 86400
+        return Overloaded(
+            f"the API key {who.name!r} has embedded its {who.tokens_per_day} tokens for "
+            "today (UTC)",
+            code="rate_limit_exceeded",
+            retry_after=max(1, midnight - int(time.time())),
+        )
+    return None
 
 
 class RateLimits:
@@ -205,7 +306,7 @@ class Usage(Flusher):
         counts = self._counts.get(name)
         return counts.embedded_tokens if counts else 0
 
-    async def flush(self) -> None:
+    async def flush(self, final: bool = False) -> None:
         if not self._counts:
             return
         counts, self._counts = self._counts, {}

@@ -109,6 +109,12 @@ OPERATIONS: dict[Endpoint, Operation] = {
         query=[_query("revoked", {"type": "boolean"}, "include revoked keys")],
     ),
     keys.revoke_key: Operation("Revoke an API key for good", "ApiKey"),
+    keys.create_project: Operation(
+        "Make a project (what vector stores, files, conversations and keys belong to)",
+        "Project",
+        "ProjectRequest",
+    ),
+    keys.list_projects: Operation("List projects", "ProjectList"),
     admin.list_backups: Operation("The backups in the store's backup directory", "BackupList"),
     admin.download_backup: Operation(
         "Download a backup's file",

@@ -484,13 +484,26 @@ SCHEMAS: dict[str, Schema] = {
         vector_stores={"type": "array", "items": STRING},
         requests_per_minute=COUNT,
         tokens_per_day=COUNT,
+        project={
+            "type": "string",
+            "maxLength": 64,
+            "description": "The project's id or name (default: the default project); the key "
+            "reaches that project's objects only. Admin keys belong to the default project.",
+        },
+        project_conversations={
+            "type": "boolean",
+            "description": "For a key limited to some vector stores: it reaches every "
+            "conversation and response of its project, not only those it made.",
+        },
     ),
     "ApiKey": obj(
         ["object", "name", "scope", "vector_stores", "created_at", "usage"],
         object={"const": "api_key"},
         name=STRING,
         scope=STRING,
+        project=STRING,
         vector_stores={"type": "array", "items": STRING},
+        project_conversations=BOOL,
         requests_per_minute=nullable(COUNT),
         tokens_per_day=nullable(COUNT),
         created_at=COUNT,
@@ -504,6 +517,22 @@ SCHEMAS: dict[str, Schema] = {
         ["object", "data", "has_more"],
         object={"const": "list"},
         data={"type": "array", "items": ref("ApiKey")},
+        has_more=BOOL,
+    ),
+    "ProjectRequest": obj(["name"], name={"type": "string", "maxLength": 64}),
+    "Project": obj(
+        ["object", "id", "name", "created_at", "status"],
+        object={"const": "organization.project"},
+        id=STRING,
+        name=STRING,
+        created_at=COUNT,
+        archived_at={"type": "null"},
+        status={"const": "active"},
+    ),
+    "ProjectList": obj(
+        ["object", "data", "has_more"],
+        object={"const": "list"},
+        data={"type": "array", "items": ref("Project")},
         has_more=BOOL,
     ),
     "RestoreRequest": obj(
@@ -625,6 +654,7 @@ SCHEMAS: dict[str, Schema] = {
         degraded=BOOL,
         detail=STRING,
         key=nullable(STRING),
+        project=nullable(STRING),
         embedded_tokens=COUNT,
         error_code=nullable(STRING),
     ),

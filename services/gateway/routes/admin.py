@@ -214,6 +214,7 @@ async def audit(request: Request) -> JSONResponse:
             "degraded": entry.degraded,
             "detail": entry.detail,
             "key": entry.key_name or None,
+            "project": entry.project or None,
             "embedded_tokens": entry.embedded_tokens,
             "error_code": entry.error_code or None,
         }

@@ -1,5 +1,6 @@
-"""Operator routes for API keys: make one (its secret is in this answer only), list them with
-their usage, revoke one. Admin scope, like every /admin route."""
+"""Operator routes for API keys and projects: make a key (its secret is in this answer only)
+in a project, list keys with their usage, revoke one; make and list projects. Admin scope,
+like every /admin route."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from starlette.responses import JSONResponse
 
 from services.gateway.errors import invalid
 from services.gateway.keys import SCOPES
-from services.gateway.params import json_body, optional_int, required_str
+from services.gateway.params import json_body, optional_int, optional_str, required_str
 from services.gateway.routes import services
 from services.pb import store_pb2
 
@@ -22,7 +23,9 @@ def key_object(key: store_pb2.ApiKey) -> dict[str, Any]:
         "object": "api_key",
         "name": key.name,
         "scope": key.scope,
+        "project": key.project,
         "vector_stores": list(key.vector_stores),
+        "project_conversations": key.project_conversations,
         "requests_per_minute": key.requests_per_minute or None,
         "tokens_per_day": key.tokens_per_day or None,
         "created_at": key.created_at,
@@ -48,6 +51,11 @@ async def create_key(request: Request) -> JSONResponse:
     stores = body.get("vector_stores") or []
     if not isinstance(stores, list) or not all(isinstance(s, str) for s in stores):
         raise invalid("'vector_stores' must be a list of vector store ids", param="vector_stores")
+    shared = body.get("project_conversations", False)
+    if not isinstance(shared, bool):
+        raise invalid(
+            "'project_conversations' must be true or false", param="project_conversations"
+        )
     created = await deps.store.CreateApiKey(
         store_pb2.CreateApiKeyRequest(
             name=name,
@@ -55,6 +63,8 @@ async def create_key(request: Request) -> JSONResponse:
             vector_stores=stores,
             requests_per_minute=optional_int(body, "requests_per_minute", 0, 0, MAX_LIMIT),
             tokens_per_day=optional_int(body, "tokens_per_day", 0, 0, 2**62),
+            project=optional_str(body, "project", max_chars=64) or "",
+            project_conversations=shared,
         )
     )
     deps.keys.created()
@@ -76,3 +86,33 @@ async def revoke_key(request: Request) -> JSONResponse:
     )
     deps.keys.forget()
     return JSONResponse({**key_object(revoked), "revoked": True})
+
+
+def project_object(project: store_pb2.Project) -> dict[str, Any]:
+    # OpenAI's project object (its status is always active here: projects are not archived).
+    return {
+        "object": "organization.project",
+        "id": project.id,
+        "name": project.name,
+        "created_at": project.created_at,
+        "archived_at": None,
+        "status": "active",
+    }
+
+
+async def create_project(request: Request) -> JSONResponse:
+    body = await json_body(request)
+    name = required_str(body, "name", max_chars=64)
+    made = await services(request).store.CreateProject(store_pb2.CreateProjectRequest(name=name))
+    return JSONResponse(project_object(made))
+
+
+async def list_projects(request: Request) -> JSONResponse:
+    reply = await services(request).store.ListProjects(store_pb2.ListProjectsRequest())
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [project_object(item) for item in reply.projects],
+            "has_more": False,
+        }
+    )

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from services.gateway import errors, objects
+from services.gateway.audit import AUDIT_INFO
 from services.gateway.chat.items import render
 from services.gateway.chat.requests import turn_request
 from services.gateway.chat.turn import RESULTS, prepare, response_object
@@ -44,6 +45,10 @@ async def create_response(request: Request) -> Response:
     if not isinstance(stream, bool):
         raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
     asked = turn_request(body, deps.chat.settings.model if deps.chat else "")
+    # The audit entry names the vector stores the turn may search.
+    searched = [store_id for tool in asked.tools for store_id in tool.vector_store_ids]
+    if searched:
+        request.scope[AUDIT_INFO] = {"collection_id": ",".join(dict.fromkeys(searched))}
     chat = upstream(deps)
     config = deps.config
     turn = await prepare(
