@@ -4,6 +4,10 @@
 background task sends the queue to the store in batches (RecordAudit) about once a second.
 If the store is unreachable, entries wait (up to the bound, the oldest dropped first) and go
 with the next batch; a gateway that is killed loses at most the last second's entries.
+
+Requests without a valid key cost nothing durable one by one: they are counted (the metric
+ragd_http_refused_total) and written as one "refused" entry per REFUSALS_SECONDS with the
+counts, however many arrive.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ import contextlib
 import json
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Any
 
+from prometheus_client import Counter as MetricCounter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from services.gateway.auth import principal
+from services.gateway.auth import principal, project
 from services.gateway.clients import Store
 from services.gateway.errors import ApiError, is_transient
 from services.gateway.flusher import Flusher
@@ -29,6 +34,12 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 10_000
 # The store's limit per RecordAudit call.
 MAX_BATCH = 1000
+REFUSALS_SECONDS = 60.0
+REFUSED = MetricCounter(
+    "ragd_http_refused",
+    "Requests refused before any key was known, by reason (missing_key, invalid_key).",
+    ["reason"],
+)
 
 
 class AuditLog(Flusher):
@@ -39,6 +50,34 @@ class AuditLog(Flusher):
         self._store = store
         self._pending: deque[store_pb2.AuditEntry] = deque(maxlen=max_pending)
         self.dropped = 0
+        self._refusals: Counter[str] = Counter()
+        self._refusals_since = 0.0
+
+    def refused(self, reason: str) -> None:
+        """A request turned away without a valid key: counted, written with the others of its
+        minute in one entry."""
+        REFUSED.labels(reason).inc()
+        if not self._refusals:
+            self._refusals_since = time.time()
+        self._refusals[reason] += 1
+
+    def _gather_refusals(self, final: bool) -> None:
+        now = time.time()
+        if not self._refusals or (not final and now - self._refusals_since < REFUSALS_SECONDS):
+            return
+        counts = ", ".join(f"{reason} {count}" for reason, count in sorted(self._refusals.items()))
+        total = sum(self._refusals.values())
+        self.record(
+            "refused",
+            "",
+            latency_ms=0.0,
+            result_count=total,
+            detail=f"{total} requests without a valid key in {now - self._refusals_since:.0f} s"
+            f" ({counts})",
+            at=self._refusals_since,
+            error_code="invalid_api_key",
+        )
+        self._refusals.clear()
 
     def record(
         self,
@@ -54,6 +93,7 @@ class AuditLog(Flusher):
         key_name: str = "",
         embedded_tokens: int = 0,
         error_code: str = "",
+        project: str = "",
     ) -> None:
         if len(self._pending) == self._pending.maxlen:
             self.dropped += 1
@@ -70,11 +110,13 @@ class AuditLog(Flusher):
                 key_name=key_name,
                 embedded_tokens=embedded_tokens,
                 error_code=error_code,
+                project=project,
             )
         )
 
-    async def flush(self) -> bool:
+    async def flush(self, final: bool = False) -> bool:
         """Sends everything queued; False (entries kept) if the store is down."""
+        self._gather_refusals(final)
         while self._pending:
             batch = [self._pending.popleft() for _ in range(min(MAX_BATCH, len(self._pending)))]
             try:
@@ -148,6 +190,11 @@ def _record(scope: Scope, status: int, at: float, latency_ms: float) -> None:
     info: dict[str, Any] = scope.get(AUDIT_INFO, {})
     method, route = scope["method"], scope.get("route_template", scope["path"])
     who = principal(scope)
+    if who is None and status == 401:
+        # No key known: counted, not stored one by one (see the module's docstring).
+        supplied = any(name == b"authorization" for name, _ in scope["headers"])
+        deps.audit.refused("invalid_key" if supplied else "missing_key")
+        return
     error_code = scope.get(ERROR_CODE) or (f"http_{status}" if status >= 400 else "")
     deps.audit.record(
         info.get("operation") or _operation(method, scope["path"]),
@@ -161,4 +208,5 @@ def _record(scope: Scope, status: int, at: float, latency_ms: float) -> None:
         key_name=who.name if who is not None else "",
         embedded_tokens=info.get("embedded_tokens", 0),
         error_code=error_code if status >= 400 else "",
+        project=project(scope),
     )

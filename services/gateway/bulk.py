@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -24,7 +24,7 @@ from services.gateway.attach import Attachment, Upload
 from services.gateway.clients import Store
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
-from services.gateway.keys import Principal
+from services.gateway.keys import Principal, act_for
 from services.gateway.params import attributes
 from services.gateway.parsing import UnsupportedFile, check_supported
 from services.gateway.state import Services
@@ -103,6 +103,7 @@ class _Tracked:
 _RUNNING: set[asyncio.Task[None]] = set()
 
 _Key = tuple[str, str]  # (vector store id, file id)
+Admit = Callable[[], Awaitable[Principal | None]]
 _Event = Progress | BaseException | None  # None: the request stream has ended
 
 
@@ -148,11 +149,14 @@ class IngestSession:
         window: int,
         poll_seconds: float,
         principal: Principal | None = None,
+        admit: Admit | None = None,
     ) -> None:
         """`principal`: the API key the documents come with (None: the API is open); a key
-        limited to some vector stores finds no other, and the bytes it stores are counted."""
+        limited to some vector stores finds no other, and the bytes it stores are counted.
+        `admit` checks the key again before each document (its refusal ends the stream)."""
         self._deps = deps
         self._principal = principal
+        self._admit = admit
         self._poll_seconds = poll_seconds
         self._window = asyncio.Semaphore(window)
         self._accepting = asyncio.Semaphore(ACCEPT_CONCURRENCY)
@@ -217,8 +221,12 @@ class IngestSession:
                     document = await anext(documents)
                 except StopAsyncIteration:
                     break
+                if self._admit is not None:
+                    # The key again, before each document: a revocation or a spent daily limit
+                    # ends the stream, a per-minute limit holds it back (reading waits).
+                    self._principal = await self._admit()
                 self._summary.documents += 1
-                self._spawn(self._accept(index, document))
+                self._spawn(self._accept(index, document, self._principal))
                 index += 1
         except Exception as error:
             self._events.put_nowait(error)
@@ -229,10 +237,12 @@ class IngestSession:
         _RUNNING.add(task)
         task.add_done_callback(_RUNNING.discard)
 
-    async def _accept(self, index: int, document: Document) -> None:
+    async def _accept(self, index: int, document: Document, who: Principal | None) -> None:
         try:
             try:
-                event = await self._store_document(index, document)
+                # Its store calls are made for the key (the store's ownership checks).
+                act_for(who)
+                event = await self._store_document(index, document, who)
             finally:
                 self._accepting.release()
         except errors.ApiError as error:
@@ -252,9 +262,10 @@ class IngestSession:
             )
         self._events.put_nowait(event)
 
-    async def _store_document(self, index: int, document: Document) -> Progress:
+    async def _store_document(
+        self, index: int, document: Document, who: Principal | None
+    ) -> Progress:
         store_id = await self._resolve(document.vector_store)
-        who = self._principal
         if who is not None and not who.reaches(store_id):
             # As for a store that does not exist: a limited key learns nothing of others.
             raise errors.NotFound(_unknown_store(document.vector_store))

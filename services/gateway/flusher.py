@@ -12,8 +12,9 @@ class Flusher:
         self._seconds = seconds
         self._task: asyncio.Task[None] | None = None
 
-    async def flush(self) -> object:
-        """Sends what is gathered; keeps it for the next round if the store is away."""
+    async def flush(self, final: bool = False) -> object:
+        """Sends what is gathered; keeps it for the next round if the store is away. `final`:
+        the last round before the process stops."""
         raise NotImplementedError
 
     def start(self) -> None:
@@ -27,7 +28,7 @@ class Flusher:
             self._task = None
         # One last attempt, briefly: shutting down must not hang on an unreachable store.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.flush(), timeout=2.0)
+            await asyncio.wait_for(self.flush(final=True), timeout=2.0)
 
     async def _run(self) -> None:
         while True:

@@ -7,6 +7,7 @@ session logic is in bulk.py.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ from services.common.tracing import server_interceptors
 from services.gateway import errors
 from services.gateway.bulk import Document, IngestSession, Progress, State, Summary
 from services.gateway.config import GatewayConfig
-from services.gateway.keys import Principal
+from services.gateway.keys import Principal, act_for, admit
 from services.gateway.parsing import SUPPORTED
 from services.gateway.state import Services
 from services.pb import ingest_pb2 as pb
@@ -30,6 +31,9 @@ from services.pb import ingest_pb2_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "ragd.ingest.v1.Ingest"
+# A stream's document waits this long at most for its key's per-minute limit; longer (a daily
+# limit) ends the stream.
+RATE_WAIT_SECONDS = 61
 
 _STATES = {
     State.ACCEPTED: pb.DOCUMENT_STATE_ACCEPTED,
@@ -135,36 +139,44 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
     def __init__(self, deps: Services) -> None:
         self._deps = deps
 
-    async def _authorize(self, context: Context, scope: str) -> Principal | None:
-        """The REST API's keys and rules on this door: `authorization: Bearer <key>`
-        metadata, the scope, the per-minute limit; aborts the call otherwise. The key, or None
-        when the API is open."""
-        keys = self._deps.keys
-        try:
-            if not await keys.required():
+    async def _admit(self, token: str, scope: str, *, wait: bool = False) -> Principal | None:
+        """The REST API's keys and rules on this door: the key of `authorization: Bearer
+        <key>` metadata, its scope and limits (keys.admit); raises the refusal. With `wait`, a
+        per-minute limit holds the caller back instead (a stream's next document). The key,
+        or None when the API is open."""
+        deps = self._deps
+        while True:
+            if not await deps.keys.required():
                 return None
-            token = _bearer(context)
-            who = await keys.identify(token) if token else None
+            who = await deps.keys.identify(token) if token else None
             if who is None:
                 raise errors.Unauthenticated(
                     "missing API key: send the metadata 'authorization: Bearer <key>'"
                     if not token
-                    else "invalid API key"
+                    else "invalid API key (it may have been revoked)"
                 )
-            if not who.allows(scope):
-                raise errors.PermissionDenied(
-                    f"the API key {who.name!r} has the {who.scope} scope; this call needs {scope}"
-                )
-            wait = self._deps.rate_limits.check(who)
-            if wait is not None:
-                raise errors.Overloaded(
-                    f"the API key {who.name!r} is limited to {who.requests_per_minute} "
-                    f"requests per minute; retry in {wait} s"
-                )
-            self._deps.key_usage.count(who.name)
+            refusal = admit(who, scope, deps.rate_limits, deps.key_usage)
+            if (
+                wait
+                and isinstance(refusal, errors.Overloaded)
+                and refusal.retry_after is not None
+                and refusal.retry_after <= RATE_WAIT_SECONDS
+            ):
+                await asyncio.sleep(refusal.retry_after)
+                continue
+            if refusal is not None:
+                raise refusal
+            deps.key_usage.count(who.name)
             return who
+
+    async def _authorize(self, context: Context, scope: str) -> Principal | None:
+        """_admit for a call's metadata; aborts the call when refused."""
+        try:
+            who = await self._admit(_bearer(context), scope)
         except errors.ApiError as error:
             await context.abort(status_for(error), error.message)
+        act_for(who)
+        return who
 
     async def Info(self, request: pb.InfoRequest, context: Context) -> pb.InfoResponse:
         await self._authorize(context, "read")
@@ -188,14 +200,24 @@ class IngestServicer(ingest_pb2_grpc.IngestServicer):
         context: Context,
     ) -> AsyncIterator[pb.IngestResponse]:
         who = await self._authorize(context, "write")
+        token = _bearer(context)
 
         async def documents() -> AsyncIterator[Document]:
             async for request in request_iterator:
                 yield _document(request)
 
+        async def recheck() -> Principal | None:
+            # Each document: the key again (a revocation ends the stream within a second)
+            # and one request against its per-minute limit.
+            return await self._admit(token, "write", wait=True)
+
         config = self._deps.config
         session = IngestSession(
-            self._deps, config.ingest_window, config.ingest_poll_seconds, principal=who
+            self._deps,
+            config.ingest_window,
+            config.ingest_poll_seconds,
+            principal=who,
+            admit=recheck if who is not None else None,
         )
         async with contextlib.aclosing(session.run(documents())) as events:
             try:
