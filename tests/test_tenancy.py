@@ -203,6 +203,9 @@ def test_files_of_other_vector_stores_are_out_of_reach(
                 loose,
                 key.post(batch, json={"file_ids": [world["file_a"], UNKNOWN["file"]]}),
             )
+        # Nor named in a new store's file_ids (and no empty store is left behind) ...
+        made = key.post("/v1/vector_stores", json={"name": "x", "file_ids": [file_b]})
+        assert made.status_code in (403, 404)
         # Its own upload is in reach: listed, attached, searched.
         own = upload(key, "own.txt", "the writer's own note about green peppers")
         assert own in {f["id"] for f in ok(key.get("/v1/files"))["data"]}
@@ -373,6 +376,14 @@ def test_a_project_is_a_world_of_its_own(own_stack: Stack, world: dict[str, Any]
                 public_id,
                 team.get(path.format(UNKNOWN[kind])),
             )
+        # Another project's file named in a new store's file_ids: 404, and no store is made.
+        hidden(
+            team.post("/v1/vector_stores", json={"name": "x", "file_ids": [world["file_a"]]}),
+            "file",
+            world["file_a"],
+            team.post("/v1/vector_stores", json={"name": "x", "file_ids": [UNKNOWN["file"]]}),
+        )
+        assert [s["id"] for s in ok(team.get("/v1/vector_stores"))["data"]] == [world["charlie"]]
         assert team.get("/v1/files", headers={"OpenAI-Project": "proj_default"}).status_code == 403
         assert team.get("/admin/keys").status_code == 403
     with client(own_stack, ADMIN, **{"OpenAI-Project": team_id}) as admin_in_b:

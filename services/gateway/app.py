@@ -22,7 +22,7 @@ from services.gateway.embed_cache import EmbeddingCache
 from services.gateway.embedders import Embedders
 from services.gateway.history_index import HistoryIndexer
 from services.gateway.http_errors import EXCEPTION_HANDLERS
-from services.gateway.keys import Keys, RateLimits, Usage
+from services.gateway.keys import STATE_TIMEOUT, Keys, RateLimits, Usage
 from services.gateway.metrics import HttpMetrics, metrics
 from services.gateway.metrics import TemplatedRoute as Route
 from services.gateway.openapi import openapi
@@ -159,7 +159,9 @@ def create_app(config: GatewayConfig) -> Starlette:
 
         async def state() -> store_pb2.KeyState:
             # Revoked keys count: revoking the last key must not open the API to everyone.
-            found: store_pb2.KeyState = await store.GetKeyState(store_pb2.GetKeyStateRequest())
+            found: store_pb2.KeyState = await store.GetKeyState(
+                store_pb2.GetKeyStateRequest(), timeout=STATE_TIMEOUT
+            )
             return found
 
         key_usage.start()

@@ -179,6 +179,10 @@ class Embedders:
         model, dimensions = known
         client = await self.find(model)
         if client is None or client[1].dimensions != dimensions:
+            if not refresh and store_id in self._store_models:
+                # Remembered from another request, maybe another key's: a store the caller
+                # does not reach must answer 404 here as well (the store checks who asks).
+                await store.GetCollection(store_pb2.GetCollectionRequest(id=store_id))
             raise errors.Refused(
                 f"vector store {store_id!r} was indexed with {model} ({dimensions} dims), which "
                 f"no embedder here serves ({', '.join(await self.names())}); serve it "

@@ -11,6 +11,7 @@ only its objects; the store enforces that for every call made on its behalf (`ac
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -43,6 +44,8 @@ CACHE_SECONDS = 10.0
 # How stale the key state may be when a request is checked: the most a revocation takes to
 # reach every gateway (auth also turns on within this once the store holds a key).
 STATE_SECONDS = 0.5
+# The deadline of one poll: a stalled store must not hold every request for long.
+STATE_TIMEOUT = 0.5
 BOOTSTRAP = "bootstrap"
 DEFAULT_PROJECT = "proj_default"
 
@@ -157,25 +160,33 @@ class Keys:
         # (when polled, (keys, revoked)); unknown until the store first answers (requests get
         # its error meanwhile).
         self._known: tuple[float, tuple[int, int] | None] = (-1e18, None)
+        self._polling = asyncio.Lock()
 
     async def _refresh(self) -> tuple[int, int] | None:
-        """The store's key state, polled at most every STATE_SECONDS; a change (a key made or
-        revoked on any gateway) empties the cache. Raises the store's error while it was never
-        heard from; keeps the last state while it is away."""
+        """The store's key state, polled at most every STATE_SECONDS by one request at a time
+        (the others meanwhile go on with the last state); a change (a key made or revoked on
+        any gateway) empties the cache. Raises the store's error while it was never heard
+        from; keeps the last state while it is away or slow (`state` has a short deadline)."""
         at, known = self._known
-        if known is not None and self._clock() - at < STATE_SECONDS:
+        if known is not None and (self._clock() - at < STATE_SECONDS or self._polling.locked()):
             return known
-        try:
-            reply = await self._state()
-        except ApiError as error:
-            if known is None or not is_transient(error):
-                raise
-            return known
-        state = (reply.keys, reply.revoked)
-        if state != known:
-            self._cache.clear()
-        self._known = (self._clock(), state)
-        return state
+        async with self._polling:
+            at, known = self._known
+            if known is not None and self._clock() - at < STATE_SECONDS:
+                return known
+            try:
+                reply = await self._state()
+            except ApiError as error:
+                if known is None or not is_transient(error):
+                    raise
+                # Asked again at the next request after STATE_SECONDS.
+                self._known = (self._clock(), known)
+                return known
+            state = (reply.keys, reply.revoked)
+            if state != known:
+                self._cache.clear()
+            self._known = (self._clock(), state)
+            return state
 
     async def required(self) -> bool:
         """Whether requests need a key: bootstrap keys are set, or the store holds keys

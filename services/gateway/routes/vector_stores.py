@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -71,6 +72,11 @@ async def create_vector_store(request: Request) -> JSONResponse:
         raise invalid("'file_ids' must be an array of file ids", param="file_ids")
     _, model = await new_store_model(body.get("embedding_model"), deps.embedders)
     chunking = resolve_chunking(body.get("chunking_strategy"), model)
+    # Every file must exist and be the caller's to attach before the store is made: a 404
+    # for one of them leaves no empty store behind.
+    await asyncio.gather(
+        *(deps.store.GetFile(store_pb2.GetFileRequest(id=file_id)) for file_id in set(file_ids))
+    )
     collection = await deps.store.CreateCollection(
         store_pb2.CreateCollectionRequest(
             name=name,
