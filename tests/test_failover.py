@@ -300,9 +300,10 @@ def test_an_operator_restores_the_replica_at_a_point_in_time(
     assert api.get(f"/v1/files/{kept}").status_code == 200
     assert api.get(f"/v1/files/{undone}").status_code == 404
     # The database it replaced is kept, like any restore's: restoring it undoes the restore.
-    replaced = Path(json.loads(restored.output)["replaced_path"]).name
-    time.sleep(1.1)  # the copy a restore keeps is named by the second
-    undo = runner.invoke(cli, [*url, "db", "restore", replaced, "--yes"])
+    replaced = Path(json.loads(restored.output)["replaced_path"])
+    assert replaced.parent.name == "replaced"
+    # At once: this restore's own copy gets a name of its own, even in the same second.
+    undo = runner.invoke(cli, [*url, "db", "restore", f"replaced/{replaced.name}", "--yes"])
     assert undo.exit_code == 0, undo.output
     assert api.get(f"/v1/files/{undone}").status_code == 200
     refused = runner.invoke(cli, [*url, "db", "restore", "--from-replica", "--timestamp", "x"])

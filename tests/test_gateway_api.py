@@ -303,6 +303,9 @@ def test_unsupported_upload_is_400(client: httpx.Client) -> None:
         ("latin1.txt", "caf\xe9".encode("latin-1"), "not UTF-8"),
         ("empty.txt", b"   \n", "no text"),
         ("broken.json", b"{not json", "not valid JSON"),
+        # Past what Python's json reads without a bare ValueError or a RecursionError.
+        ("huge.json", b'{"n": ' + b"9" * 5000 + b"}", "integer of 5000 digits"),
+        ("deep.json", b"[" * 2000 + b"]" * 2000, "nests deeper than 200 levels"),
         ("fake.pdf", b"%PDF-1.4 garbage", "PDF"),
     ],
 )

@@ -1,21 +1,25 @@
 """Restore through the real stack: a backup taken while files are being indexed comes back
 with exactly the files acknowledged before it, the ingest it caught half-way finishes, the
-replaced database is kept, and backups can be listed and downloaded through the gateway."""
+replaced database is kept, backups can be listed and downloaded through the gateway, and a
+file that is not ragd's is refused with the service untouched."""
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import httpx
 import pytest
 from click.testing import CliRunner
 
 from services.cli.main import cli
 from services.launcher import Stack
+from services.store import migrations
 from tests.harness import document, ok, started_stack
 from tests.store_fixtures import check_invariants
 
@@ -87,7 +91,8 @@ def test_a_backup_taken_during_ingest_restores_exactly_the_acknowledged_files(
     restored = ok(api.post("/admin/restore", json={"path": "during/ingest.db"}))
     assert restored["path"] == str((backups / "during/ingest.db").resolve())
     replaced = Path(restored["replaced_path"])
-    assert replaced.parent == backups.resolve() and replaced.name.startswith("replaced-")
+    assert replaced.parent == (backups / "replaced").resolve()
+    assert replaced.name.startswith("replaced-")
     assert restored["schema_version"] == restored["restored_schema_version"] >= 9
 
     files = {f["id"] for f in ok(api.get("/v1/files", params={"limit": 100}))["data"]}
@@ -111,7 +116,7 @@ def test_a_backup_taken_during_ingest_restores_exactly_the_acknowledged_files(
 
     # The replaced database is a database with the later store in it: restoring it undoes
     # the restore.
-    ok(api.post("/admin/restore", json={"path": replaced.name}))
+    ok(api.post("/admin/restore", json={"path": f"replaced/{replaced.name}"}))
     stores = {s["id"] for s in ok(api.get("/v1/vector_stores"))["data"]}
     assert stores == {store_id, other}
 
@@ -152,3 +157,64 @@ def test_a_file_that_is_not_a_backup_is_refused_and_nothing_changes(
     )
     assert refused.exit_code == 1, refused.output
     assert "junk.db" in refused.output
+
+
+def test_a_sqlite_file_that_is_not_ragds_is_refused_and_every_route_still_works(
+    own_stack: Stack, api: httpx.Client
+) -> None:
+    backups = Path(own_stack.env["RAGD_DB_PATH"]).parent / "backups"
+    store_id = ok(api.post("/v1/vector_stores", json={"name": "untouched"}))["id"]
+    ok(
+        api.post(
+            f"/v1/vector_stores/{store_id}/files",
+            json={"text": document(7), "filename": "seven.txt"},
+        )
+    )
+    wait_completed(api, store_id, 1)
+    # A file with ragd's schema version and tables of its own (the probe's), and a real backup
+    # with one trigger added.
+    foreign = apsw.Connection(str(backups / "foreign.db"))
+    foreign.execute(
+        f"CREATE TABLE collections (x); PRAGMA user_version = {len(migrations.MIGRATIONS)}"
+    )
+    foreign.close()
+    good = Path(ok(api.post("/admin/backup", json={"path": "good.db"}))["path"])
+    shutil.copyfile(good, backups / "tampered.db")
+    tampered = apsw.Connection(str(backups / "tampered.db"))
+    tampered.execute("CREATE TRIGGER evil AFTER INSERT ON files BEGIN DELETE FROM files; END")
+    tampered.close()
+    before = {
+        path: ok(api.get(path))["data"]
+        for path in ("/v1/vector_stores", "/v1/files", "/admin/backups")
+    }
+
+    for name, says in (
+        ("foreign.db", "table 'collections' differs"),
+        ("tampered.db", "trigger 'evil' is not one of ragd's"),
+    ):
+        reply = api.post("/admin/restore", json={"path": name})
+        assert reply.status_code == 400, reply.text
+        message = reply.json()["error"]["message"]
+        assert name in message and says in message, message
+        refused = CliRunner().invoke(
+            cli, ["--url", own_stack.gateway_url, "db", "restore", "--yes", name]
+        )
+        assert refused.exit_code == 1 and says in refused.output, refused.output
+
+    # Nothing changed, nothing was copied aside, and the service answers as before.
+    assert api.get("/ready").status_code == 200
+    assert {path: ok(api.get(path))["data"] for path in before} == before
+    hits = ok(api.post(f"/v1/vector_stores/{store_id}/search", json={"query": "record 7"}))
+    assert hits["data"] and hits["data"][0]["filename"] == "seven.txt"
+    ok(api.get(f"/v1/vector_stores/{store_id}/files"))
+    ok(api.post("/v1/embeddings", json={"input": "still here"}))
+    conversation = ok(
+        api.post("/v1/conversations", json={"items": [{"role": "user", "content": "hi"}]})
+    )
+    assert len(ok(api.get(f"/v1/conversations/{conversation['id']}/items"))["data"]) == 1
+    ok(api.get("/admin/stats"))
+    ok(api.get("/v1/models"))
+    # The sound backup restores, and the new store's file is back to being searched.
+    ok(api.post("/admin/restore", json={"path": "good.db"}))
+    assert ok(api.post(f"/v1/vector_stores/{store_id}/search", json={"query": "record 7"}))["data"]
+    check_invariants(Path(own_stack.env["RAGD_DB_PATH"]))

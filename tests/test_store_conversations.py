@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import apsw
 import numpy as np
@@ -194,7 +195,7 @@ def test_history_is_searched_by_meaning_once_its_vectors_are_in(repo: Repository
     [
         (lambda r: r.create_conversation(items=[message("user", "x")] * 21), "at most 20"),
         (lambda r: r.create_conversation(items=[NewItem("message", "[1]")]), "JSON object"),
-        (lambda r: r.create_conversation(items=[NewItem("message", "{")]), "not JSON"),
+        (lambda r: r.create_conversation(items=[NewItem("message", "{")]), "not valid JSON"),
         (lambda r: r.create_conversation({str(i): "v" for i in range(17)}), "16 keys"),
         (lambda r: r.record_response(turn("resp_x", "a", "b")), "resp_ and 8-64"),
         (lambda r: r.history(), "not both or neither"),
@@ -207,6 +208,46 @@ def test_history_is_searched_by_meaning_once_its_vectors_are_in(repo: Repository
 def test_bad_arguments_are_refused(repo: Repository, call: object, error: str) -> None:
     with pytest.raises(InvalidArgument, match=error):
         call(repo)  # type: ignore[operator]
+
+
+def deep(levels: int) -> str:
+    return '{"a":' * levels + "1" + "}" * levels
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        ({"settings": '{"tools": [{"type": "function", "strict": NaN}]}'}, "settings has NaN"),
+        ({"usage": '{"input_tokens": Infinity}'}, "usage has Infinity"),
+        ({"error": '{"code": -Infinity}'}, "error has -Infinity"),
+        ({"settings": deep(65)}, "settings nests deeper than 64"),
+        (
+            {"inputs": (NewItem("message", '{"content": NaN}', role="user"),)},
+            "item 0's body has NaN",
+        ),
+        ({"outputs": (NewItem("message", deep(65), role="assistant"),)}, "nests deeper than 64"),
+        ({"inputs": (NewItem("message", '{"n": ' + "9" * 4301 + "}"),)}, "4301 digits"),
+    ],
+)
+def test_json_sqlite_would_refuse_is_invalid_and_nothing_is_kept(
+    repo: Repository, changes: dict[str, object], error: str
+) -> None:
+    """What the json_valid CHECKs would refuse (an INTERNAL error) is refused first: NaN and
+    Infinity, which Python's json writes and reads but JSON has not, and deep nesting."""
+    conversation, _ = repo.create_conversation(items=[message("user", "first")])
+    with pytest.raises(InvalidArgument, match=error):
+        repo.record_response(
+            replace(
+                turn("resp_nan000000000", "q", "a", conversation_id=conversation.id),
+                **changes,  # type: ignore[arg-type]
+            )
+        )
+    with pytest.raises(ResponseNotFound):
+        repo.get_response("resp_nan000000000")
+    assert repo.get_conversation(conversation.id).item_count == 1
+    with pytest.raises(InvalidArgument, match="NaN"):
+        repo.add_items(conversation.id, [NewItem("message", '{"content": [NaN]}', role="user")])
+    assert repo.get_conversation(conversation.id).item_count == 1
 
 
 def test_backups_and_vacuum_keep_conversations_whole(repo: Repository) -> None:

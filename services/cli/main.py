@@ -711,8 +711,9 @@ def db_restore(
     """Replace the database with the backup PATH (as `ragd db backups` lists it), or with the
     replica's state (--from-replica [--timestamp T]).
 
-    The store checks the backup first (integrity, schema version) and keeps a copy of the
-    database it replaces in the backup directory; writes wait while it copies.
+    The store checks the backup first (integrity, and a schema that is ragd's at its version),
+    keeps a copy of the database it replaces in the backup directory's replaced/, and keeps
+    keys revoked since the backup revoked; writes wait while it copies.
     """
     if from_replica == bool(path):
         raise click.UsageError("name a backup PATH or give --from-replica (not both)")

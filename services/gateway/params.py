@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 from starlette.requests import Request
 
+from services.common import json_text
 from services.common.vocabulary import (
     MAX_ATTRIBUTE_CHARS,
     MAX_ATTRIBUTES,
@@ -15,7 +15,7 @@ from services.common.vocabulary import (
     MAX_METADATA,
     MAX_METADATA_CHARS,
 )
-from services.gateway.errors import InvalidRequest, TooLarge, invalid
+from services.gateway.errors import TooLarge, invalid
 
 # Bodies of JSON routes, unless a route allows more (embeddings, text uploads): a search or a
 # batch of 2000 file ids is a few hundred KiB at most.
@@ -45,42 +45,30 @@ def body_too_large(limit: int) -> TooLarge:
     )
 
 
-def too_deep() -> InvalidRequest:
-    return invalid(f"the request body nests deeper than {MAX_JSON_DEPTH} levels", code="too_deep")
-
-
-def _depth(value: Any) -> int:
-    """Nesting depth of decoded JSON, without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            if deepest > MAX_JSON_DEPTH:
-                break
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
+def decode_json(text: str | bytes, what: str, *, param: str | None = None) -> Any:
+    """`text` as JSON, the one way every request body and JSON form field is read: JSON only
+    (no NaN or Infinity), integers of at most json_text.MAX_INT_DIGITS digits, nested at most
+    MAX_JSON_DEPTH levels; else a 400 that says so of `what` ("the request body",
+    "'attributes'") and where, naming `param` (by default the body's member at fault)."""
+    try:
+        return json_text.loads(text, max_depth=MAX_JSON_DEPTH)
+    except json_text.JsonRefused as refused:
+        if param is None and refused.path and isinstance(refused.path[0], str):
+            param = refused.path[0]
+        raise invalid(f"{what} {refused.problem}", param=param, code=refused.code) from None
 
 
 async def json_body(
     request: Request, *, limit: int = MAX_JSON_BYTES, required: bool = True
 ) -> dict[str, Any]:
-    """The JSON object body, within `limit` bytes and MAX_JSON_DEPTH levels; {} for an empty
-    body unless `required`."""
+    """The JSON object body, within `limit` bytes (see decode_json); {} for an empty body
+    unless `required`."""
     raw = await read_body(request, limit)
     if not raw.strip():
         if not required:
             return {}
         raise invalid("the request body is empty; send a JSON object", code="missing_body")
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise invalid(f"the request body is not valid JSON: {error}", code="invalid_json") from None
-    except RecursionError:
-        raise too_deep() from None
-    if _depth(body) > MAX_JSON_DEPTH:
-        raise too_deep()
+    body = decode_json(raw, "the request body")
     if not isinstance(body, dict):
         raise invalid("the request body must be a JSON object", code="invalid_json")
     return body

@@ -11,6 +11,8 @@ from pathlib import PurePath
 from pypdf import PdfReader
 from pypdf.errors import PdfReadError as PdfError
 
+from services.common import json_text
+
 
 class UnsupportedFile(ValueError):
     """The file type is not one ragd can extract text from."""
@@ -19,6 +21,10 @@ class UnsupportedFile(ValueError):
 class InvalidFile(ValueError):
     """The file claims a supported type but its content cannot be read as such."""
 
+
+# Nesting of an uploaded .json file: deeper than a document's structure goes, well within
+# what json.dumps recurses through to lay it out for indexing.
+MAX_FILE_JSON_DEPTH = 200
 
 TEXT_TYPES = {"", ".txt", ".md", ".markdown", ".rst", ".text", ".log"}
 SUPPORTED = sorted(TEXT_TYPES - {""} | {".html", ".htm", ".json", ".csv", ".pdf"})
@@ -101,9 +107,9 @@ def _html_text(markup: str) -> str:
 
 def _json_text(filename: str, text: str) -> str:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidFile(f"'{filename}' is not valid JSON: {error}") from None
+        value = json_text.loads(text, max_depth=MAX_FILE_JSON_DEPTH, non_finite=True)
+    except json_text.JsonRefused as refused:
+        raise InvalidFile(f"'{filename}' {refused.problem}") from None
     # Indented JSON keeps keys next to their values, which is what a search should match.
     return json.dumps(value, indent=1, ensure_ascii=False)
 

@@ -189,7 +189,8 @@ CHAT_SCHEMAS: dict[str, Schema] = {
     ),
     "ChatCompletionRequest": {
         "description": "passed to the chat upstream as sent; send the header "
-        "X-Ragd-Conversation: <conversation id> to record the turn in a conversation",
+        "X-Ragd-Conversation: <conversation id> to record the turn in a conversation (the "
+        f"messages after the last assistant message, at most {v.MAX_NEW_ITEMS})",
         "type": "object",
         "required": ["messages"],
         "properties": {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +10,7 @@ from starlette.requests import Request
 
 from services.common.vocabulary import MAX_FILENAME_CHARS
 from services.gateway.errors import TooLarge, invalid
-from services.gateway.params import check_text, optional_str
+from services.gateway.params import check_text, decode_json, optional_str
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,5 @@ def form_json(fields: dict[str, Any], name: str) -> Any:
     """A field that is an object in JSON bodies and a JSON string in multipart forms."""
     value = fields.get(name)
     if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            raise invalid(f"'{name}' must be JSON", param=name) from None
+        return decode_json(value, f"'{name}'", param=name)
     return value

@@ -14,6 +14,7 @@ from typing import Any
 
 import apsw
 
+from services.common import json_text
 from services.common.vocabulary import (
     MAX_ITEM_BYTES,
     MAX_METADATA,
@@ -27,6 +28,9 @@ from services.store.paging import fetch_page, unknown_cursor
 from services.store.records import EVERYTHING, Access, Conversation, Item, NewItem, Page
 
 ID_PREFIX = "conv_"
+# Nesting of JSON kept in items and responses: twice a gateway's request body's, and far below
+# the 1000 levels past which SQLite's json_valid (the columns' CHECK) refuses it.
+MAX_JSON_DEPTH = 64
 MAX_LIST_LIMIT = 100
 _TITLE_CHARS = 80
 # An item's id tells its type, as OpenAI's do.
@@ -104,6 +108,15 @@ def _check_title(title: str) -> str:
     return title
 
 
+def json_value(text: str, what: str) -> Any:
+    """The JSON `text` a client sent for keeping (InvalidArgument if SQLite's json_valid, the
+    columns' CHECK, would refuse it: NaN or Infinity, nesting past MAX_JSON_DEPTH)."""
+    try:
+        return json_text.loads(text, max_depth=MAX_JSON_DEPTH)
+    except json_text.JsonRefused as refused:
+        raise InvalidArgument(f"{what} {refused.problem}") from None
+
+
 def check_items(items: Sequence[NewItem], limit: int | None = MAX_NEW_ITEMS) -> None:
     if limit is not None and len(items) > limit:
         raise InvalidArgument(f"at most {limit} items at a time, got {len(items)}")
@@ -112,10 +125,7 @@ def check_items(items: Sequence[NewItem], limit: int | None = MAX_NEW_ITEMS) -> 
             raise InvalidArgument(f"item {index} has no type")
         if len(item.body) > MAX_ITEM_BYTES:
             raise InvalidArgument(f"item {index} is larger than {MAX_ITEM_BYTES} bytes")
-        try:
-            body = json.loads(item.body)
-        except ValueError:
-            raise InvalidArgument(f"item {index}'s body is not JSON") from None
+        body = json_value(item.body, f"item {index}'s body")
         if not isinstance(body, dict):
             raise InvalidArgument(f"item {index}'s body must be a JSON object")
 

@@ -191,3 +191,16 @@ def record_usage(conn: apsw.Connection, usages: Sequence[KeyUsage], now: float) 
                 " embedded_tokens = embedded_tokens + excluded.embedded_tokens",
                 (key, day, usage.requests, usage.embedded_tokens),
             )
+
+
+def carry_revocations(live: apsw.Connection, restored: apsw.Connection) -> int:
+    """Revokes in `restored`, a database about to replace `live`, the keys revoked in `live`
+    (matched by digest: a key is its secret); returns how many it revoked."""
+    revoked = live.execute("SELECT revoked_at, digest FROM api_keys WHERE revoked_at > 0")
+    rows = [(int(at), bytes(found)) for at, found in revoked]
+    with atomic(restored):
+        before = restored.total_changes()
+        restored.executemany(
+            "UPDATE api_keys SET revoked_at = ? WHERE digest = ? AND revoked_at = 0", rows
+        )
+        return int(restored.total_changes() - before)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
 import apsw
 
-from services.store import audit, cache, vector_index
+from services.store import audit, cache, migrations, schema_check, vector_index
 from services.store.db import (
     DIRECTORY_MODE,
     atomic,
@@ -40,6 +42,15 @@ MAX_BACKUP_NAME = 128
 MAX_BACKUP_DEPTH = 3
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _BACKUP_NAME = re.compile(rf"(?:{_PART}/){{0,{MAX_BACKUP_DEPTH}}}{_PART}\.db")
+# Files ragd names itself, and deletes past RAGD_BACKUP_KEEP: backups taken without a name
+# (ragd-<UTC time>.db, in the backup directory), copies of the databases restores replaced
+# (replaced/replaced-...) and states fetched from the replica (replica/replica-...). Each kind
+# is counted apart, and nothing else is ever deleted: a backup named by the operator is theirs.
+BACKUPS, REPLACED, REPLICA = "ragd", "replaced", "replica"
+_OWN_DIRECTORY = {BACKUPS: "", REPLACED: REPLACED, REPLICA: REPLICA}
+_OWN_NAME = re.compile(r"(ragd|replaced|replica)-([0-9]{8}T[0-9]{6}Z)(?:-([1-9][0-9]{0,8}))?\.db")
+# The working copy a restore migrates and then copies over the database.
+_STAGING = ".restoring.db"
 # Live jobs only (the partial index), never the finished ones that accumulate.
 _LIVE_JOBS = (
     "SELECT count(*) FROM jobs INDEXED BY jobs_live WHERE state <> 'done' AND state = '{state}'"
@@ -61,7 +72,7 @@ def resolve_backup_path(backup_dir: Path, name: str) -> Path:
     """The backup file for `name`, which must stay inside backup_dir (symlinks resolved).
 
     Names are plain: letters, digits, '.', '_' and '-' in at most MAX_BACKUP_DEPTH folders,
-    MAX_BACKUP_NAME characters in all, ending in .db (the suffix retention looks for).
+    MAX_BACKUP_NAME characters in all, ending in .db (the suffix backup listings look for).
     """
     if not name:
         raise InvalidArgument("the backup path must be a non-empty file name")
@@ -87,8 +98,38 @@ def resolve_backup_path(backup_dir: Path, name: str) -> Path:
     return target
 
 
-def default_backup_name(now: float) -> str:
-    return time.strftime("ragd-%Y%m%dT%H%M%SZ", time.gmtime(now)) + BACKUP_SUFFIX
+def own_directory(backup_dir: Path, kind: str) -> Path:
+    """Where ragd keeps the files of `kind` (BACKUPS, REPLACED or REPLICA) it names."""
+    return backup_dir / _OWN_DIRECTORY[kind]
+
+
+def new_own_path(backup_dir: Path, kind: str, now: float) -> Path:
+    """A new name of ragd's own for a file of `kind` written at `now`: <kind>-<UTC time>.db,
+    then -2, -3... after the last one of that second, so that it sorts as the newest even when
+    retention deleted older ones. Called under the store's maintenance lock: no other backup
+    or restore takes the name meanwhile."""
+    directory = own_directory(backup_dir, kind)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    taken = [
+        int(match[3] or 1)
+        for path in (
+            directory.glob(f"{kind}-{stamp}*{BACKUP_SUFFIX}") if directory.is_dir() else ()
+        )
+        if (match := _OWN_NAME.fullmatch(path.name)) and match[1] == kind and match[2] == stamp
+    ]
+    number = max(taken, default=0) + 1
+    name = f"{kind}-{stamp}{'' if number == 1 else f'-{number}'}{BACKUP_SUFFIX}"
+    return resolve_backup_path(backup_dir, str(Path(_OWN_DIRECTORY[kind]) / name))
+
+
+def check_name_is_free(name: str) -> None:
+    """Refuses a backup name of the form ragd gives its own files: retention would delete it."""
+    if _OWN_NAME.fullmatch(Path(name).name):
+        raise InvalidArgument(
+            f"the backup name {name[:80]!r} has the form ragd gives its own backups and copies "
+            "(<ragd|replaced|replica>-<UTC time>.db), which are deleted past RAGD_BACKUP_KEEP; "
+            "choose another name, or none for a timed one"
+        )
 
 
 def _open_plain(path: Path) -> apsw.Connection:
@@ -159,13 +200,15 @@ def list_backups(backup_dir: Path) -> list[BackupInfo]:
 
 
 def check_backup(source: Path, latest_schema: int) -> int:
-    """The backup's schema version, once it passed PRAGMA quick_check and looks like a ragd
-    database this build can open (BackupUnusable otherwise)."""
+    """The backup's schema version, once it passed PRAGMA quick_check and its schema is the one
+    ragd's migrations make at that version (BackupUnusable otherwise, saying why)."""
     try:
         conn = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
     except apsw.Error as error:
         raise BackupUnusable(f"{source.name} cannot be opened: {error}") from None
     try:
+        # Nothing in the file runs while it is read: no view or trigger of its own is trusted.
+        conn.execute("PRAGMA trusted_schema = OFF")
         problems = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
         if problems != ["ok"]:
             raise BackupUnusable(f"{source.name} failed its check: {'; '.join(problems[:3])}")
@@ -174,31 +217,68 @@ def check_backup(source: Path, latest_schema: int) -> int:
             str(row[0])
             for row in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
         }
+        if version < 1 or "collections" not in tables:
+            raise BackupUnusable(f"{source.name} is a SQLite database, but not one of ragd's")
+        if version > latest_schema:
+            raise BackupUnusable(
+                f"{source.name} is at schema version {version}, newer than this store's "
+                f"{latest_schema}: restore it with the ragd that made it"
+            )
+        wrong = schema_check.problems(conn, version, migrations.MIGRATIONS)
     except apsw.Error as error:
-        raise BackupUnusable(f"{source.name} is not a SQLite database: {error}") from None
+        raise BackupUnusable(f"{source.name} cannot be read: {error}") from None
     finally:
         conn.close()
-    if version < 1 or "collections" not in tables:
-        raise BackupUnusable(f"{source.name} is a SQLite database, but not one of ragd's")
-    if version > latest_schema:
+    if wrong:
         raise BackupUnusable(
-            f"{source.name} is at schema version {version}, newer than this store's "
-            f"{latest_schema}: restore it with the ragd that made it"
+            f"{source.name} says it is at ragd's schema version {version}, but its tables are "
+            f"not the ones ragd makes: {schema_check.summary(wrong)}"
         )
     return version
 
 
-def restore(conn: apsw.Connection, *, source: Path) -> None:
-    """Copies a checked backup over the database in one step of the backup API: one write
+@contextmanager
+def staged(source: Path, directory: Path, page_size: int) -> Iterator[apsw.Connection]:
+    """A private working copy of the checked backup `source`, in `directory`, with
+    `page_size` (a database in WAL mode only takes a copy of its own page size); removed on
+    exit.
+
+    The restore migrates this copy and carries the live database's revocations into it, so
+    the copy over the live database is one step whatever the backup's version: a migration
+    that fails leaves the live database as it was."""
+    path = directory / _STAGING
+    for leftover in (path, path.with_name(path.name + "-journal")):
+        leftover.unlink(missing_ok=True)
+    try:
+        create_private(path)
+        conn = _open_plain(path)
+        try:
+            backup_conn = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
+            try:
+                with conn.backup("main", backup_conn, "main") as step:
+                    step.step(-1)
+            finally:
+                backup_conn.close()
+            conn.execute("PRAGMA journal_mode = DELETE")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if _scalar(conn, "PRAGMA page_size") != page_size:
+                conn.execute(f"PRAGMA page_size = {page_size:d}")
+                conn.execute("VACUUM")
+            yield conn
+        finally:
+            conn.close()
+    finally:
+        for leftover in (path, path.with_name(path.name + "-journal")):
+            leftover.unlink(missing_ok=True)
+
+
+def restore(conn: apsw.Connection, *, source: apsw.Connection) -> None:
+    """Copies a staged backup over the database in one step of the backup API: one write
     transaction on `conn`, so every other connection sees the old database or the restored
     one, never a mix, and a crash meanwhile leaves the old one. Writers wait for it (up to the
     busy timeout); readers keep their snapshot until they start another."""
-    backup_conn = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        with conn.backup("main", backup_conn, "main") as step:
-            step.step(-1)
-    finally:
-        backup_conn.close()
+    with conn.backup("main", source, "main") as step:
+        step.step(-1)
 
 
 def make_directories(root: Path, directory: Path) -> None:
@@ -224,18 +304,24 @@ def check_room(conn: apsw.Connection, directory: Path, reserve: int) -> None:
         )
 
 
-def prune_backups(directory: Path, keep: int) -> list[Path]:
-    """Deletes all but the `keep` newest backups (*.db) under `directory`; returns them."""
+def prune_backups(backup_dir: Path, kind: str, keep: int) -> list[Path]:
+    """Deletes all but the `keep` newest files of `kind` ragd named itself (see BACKUPS);
+    returns them. Files of other names, the operator's own backups, are never counted."""
     if keep <= 0:
         return []
-    found = sorted(
-        (path for path in directory.rglob(f"*{BACKUP_SUFFIX}") if path.is_file()),
-        key=lambda path: path.stat().st_mtime,
-        reverse=True,
-    )
-    for path in found[keep:]:
+    directory = own_directory(backup_dir, kind)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _OWN_NAME.fullmatch(path.name)
+        if match and match[1] == kind and path.is_file() and not path.is_symlink():
+            found.append(((match[2], int(match[3] or 1)), path))
+    found.sort(reverse=True)
+    old = [path for _, path in found[keep:]]
+    for path in old:
         path.unlink(missing_ok=True)
-    return found[keep:]
+    return old
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -130,6 +130,9 @@ class Repository:
         self._max_attempts = max_attempts
         self._cache_counters = cache.Counters()
         self._maintenance = threading.Lock()
+        # Held by revocations and by the step of a restore that carries them over, so that
+        # none is made between the two and lost.
+        self._revoking = threading.Lock()
         self._next_prune = 0.0
         self.disk = DiskWatch(self._connections.path.resolve().parent)
 
@@ -648,7 +651,8 @@ class Repository:
                 access.check(self._conn(), caller, kind, public_id)
 
     def revoke_api_key(self, name: str) -> ApiKey:
-        return keys.revoke(self._conn(), name, self._clock())
+        with self._revoking:
+            return keys.revoke(self._conn(), name, self._clock())
 
     def record_key_usage(self, usages: Sequence[KeyUsage]) -> None:
         keys.record_usage(self._conn(), usages, self._clock())
@@ -706,50 +710,71 @@ class Repository:
             self._maintenance.release()
 
     def backup(self, name: str = "") -> BackupResult:
-        """Writes a consistent copy to `name` inside the backup directory (default: timed)."""
-        target = maintenance.resolve_backup_path(
-            self.backup_dir, name or maintenance.default_backup_name(time.time())
-        )
+        """Writes a consistent copy to `name` inside the backup directory (default: timed,
+        and then counted against backup_keep)."""
+        if name:
+            maintenance.check_name_is_free(name)
+            target = maintenance.resolve_backup_path(self.backup_dir, name)
         with self._exclusive("backup"):
+            if not name:
+                target = maintenance.new_own_path(self.backup_dir, maintenance.BACKUPS, time.time())
             maintenance.make_directories(self.backup_dir, target.parent)
             maintenance.check_room(self._conn(), target.parent, self._settings.backup_reserve_bytes)
             result = maintenance.backup(self._conn(), target=target)
-        maintenance.prune_backups(self.backup_dir, self._settings.backup_keep)
+            maintenance.prune_backups(
+                self.backup_dir, maintenance.BACKUPS, self._settings.backup_keep
+            )
         return result
 
     def restore(self, name: str) -> RestoreResult:
-        """Replaces the database's content with the backup `name` (checked first), keeping a
-        copy of what it replaces as replaced-<UTC time>.db in the backup directory; an older
-        backup is migrated forward."""
+        """Replaces the database's content with the backup `name`, keeping a copy of what it
+        replaces as replaced/replaced-<UTC time>.db in the backup directory.
+
+        The backup is checked first (quick_check, and its schema against the one the
+        migrations make at its version), then copied aside and migrated forward there, and
+        keys revoked in the live database are revoked in that copy too (a restore must not
+        bring a revoked key back); only then is it copied over the database in one step."""
         source = maintenance.existing_backup(self.backup_dir, name)
         started = time.monotonic()
+        size = source.stat().st_size
         restored_version = maintenance.check_backup(source, len(migrations.MIGRATIONS))
         with self._exclusive("restore"):
             conn = self._conn()
-            stamp = maintenance.default_backup_name(time.time()).removeprefix("ragd-")
-            replaced = maintenance.resolve_backup_path(self.backup_dir, f"replaced-{stamp}")
-            maintenance.make_directories(self.backup_dir, replaced.parent)
-            maintenance.check_room(conn, replaced.parent, self._settings.backup_reserve_bytes)
-            maintenance.backup(conn, target=replaced)
-            maintenance.restore(conn, source=source)
+            replaced_dir = maintenance.own_directory(self.backup_dir, maintenance.REPLACED)
+            maintenance.make_directories(self.backup_dir, replaced_dir)
+            # Room for the copy of the live database and for the working copy of the backup.
+            maintenance.check_room(conn, replaced_dir, self._settings.backup_reserve_bytes + size)
+            page_size = int(conn.execute("PRAGMA page_size").get)
+            with maintenance.staged(source, self.backup_dir, page_size) as staged:
+                migrations.migrate(staged)
+                replaced = maintenance.new_own_path(
+                    self.backup_dir, maintenance.REPLACED, time.time()
+                )
+                maintenance.backup(conn, target=replaced)
+                with self._revoking:
+                    keys.carry_revocations(conn, staged)
+                    maintenance.restore(conn, source=staged)
             found = resident.existing(database_key(conn))
             if found is not None:
                 found.forget()
             self._builds = {}
             version = self.migrate()
+            maintenance.prune_backups(
+                self.backup_dir, maintenance.REPLACED, self._settings.backup_keep
+            )
         return RestoreResult(
             path=source,
             replaced=replaced,
             restored_schema_version=restored_version,
             schema_version=version,
-            bytes=source.stat().st_size,
+            bytes=size,
             seconds=time.monotonic() - started,
         )
 
     def restore_from_replica(self, timestamp: str = "") -> RestoreResult:
         """Restores the replica's latest state (or the one at `timestamp`) as restore() does a
-        backup: Litestream writes it to replica-<UTC time>.db in the backup directory, which
-        is then checked and copied over the database, keeping the replaced one."""
+        backup: Litestream writes it to replica/replica-<UTC time>.db in the backup directory,
+        which is then checked and copied over the database, keeping the replaced one."""
         settings = self._settings.replica
         if settings is None:
             raise ReplicaUnavailable(
@@ -761,21 +786,18 @@ class Repository:
                 f"the timestamp must be an RFC 3339 time such as 2026-01-31T12:00:00Z, "
                 f"got {timestamp[:80]!r}"
             )
-        stamp = maintenance.default_backup_name(time.time()).removeprefix("ragd-")
-        name = f"replica-{stamp}"
-        target = maintenance.resolve_backup_path(self.backup_dir, name)
-        maintenance.make_directories(self.backup_dir, target.parent)
-        if target.exists():
-            raise MaintenanceRunning(
-                f"a copy of the replica named {name!r} was fetched this second already; retry "
-                "in a second"
+        with self._exclusive("restore"):
+            target = maintenance.new_own_path(self.backup_dir, maintenance.REPLICA, time.time())
+            maintenance.make_directories(self.backup_dir, target.parent)
+            if not replica.fetch(settings, target, timestamp):
+                raise ReplicaUnavailable(
+                    f"the replica {settings.url} holds no database"
+                    + (f" at {timestamp}" if timestamp else "")
+                )
+            maintenance.prune_backups(
+                self.backup_dir, maintenance.REPLICA, self._settings.backup_keep
             )
-        if not replica.fetch(settings, target, timestamp):
-            raise ReplicaUnavailable(
-                f"the replica {settings.url} holds no database"
-                + (f" at {timestamp}" if timestamp else "")
-            )
-        return self.restore(name)
+        return self.restore(str(target.relative_to(self.backup_dir.resolve())))
 
     @property
     def replica(self) -> ReplicaSettings | None:

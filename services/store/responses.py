@@ -9,7 +9,6 @@ the same id is refused (ResponseExists) and changes nothing.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -36,10 +35,7 @@ FROM responses AS r LEFT JOIN conversations AS c ON c.id = r.conversation_id
 
 
 def _json_object(text: str, name: str) -> str:
-    try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        raise InvalidArgument(f"{name} is not JSON") from None
+    value = conversations.json_value(text or "{}", name)
     if not isinstance(value, dict):
         raise InvalidArgument(f"{name} must be a JSON object")
     return text or "{}"

@@ -313,7 +313,7 @@ def build_step(conn: apsw.Connection, key: int, after: int, settings: IndexSetti
         if row is None or row[0] == COARSE:
             return None
         if row[0] == EXACT:
-            _create_coarse(conn, key, cast(int, row[1]))
+            create_coarse(conn, key, cast(int, row[1]))
             conn.execute("UPDATE collections SET vector_index = ? WHERE id = ?", (BUILDING, key))
         ids = conn.execute(
             f"SELECT c.id FROM chunks AS c WHERE c.collection_id = ? AND c.id > ?"
@@ -335,7 +335,7 @@ def build_step(conn: apsw.Connection, key: int, after: int, settings: IndexSetti
         return cast(int, ids[-1][0])
 
 
-def _create_coarse(conn: apsw.Connection, key: int, dimensions: int) -> None:
+def create_coarse(conn: apsw.Connection, key: int, dimensions: int) -> None:
     conn.execute(
         f"CREATE TABLE IF NOT EXISTS {float_table(key)}"
         " (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL) STRICT"

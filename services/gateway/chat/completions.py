@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from services.common.vocabulary import ROLES
+from services.common.vocabulary import MAX_NEW_ITEMS, ROLES
 from services.gateway import errors
 from services.gateway.chat.items import ChatItem, message, parse_items
 from services.gateway.chat.record import in_background, record, usage
@@ -27,9 +27,10 @@ from services.pb import store_pb2
 _SETTINGS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop")
 
 
-def check(body: dict[str, Any]) -> list[dict[str, Any]]:
+def check(body: dict[str, Any], *, recorded: bool = False) -> list[dict[str, Any]]:
     """The request's messages, checked as far as ragd reads them (the upstream checks the
-    rest)."""
+    rest). A turn `recorded` into a conversation adds its new messages to it, at most
+    MAX_NEW_ITEMS, as any other addition of items does."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise errors.InvalidRequest("'messages' must be a non-empty array", param="messages")
@@ -38,17 +39,30 @@ def check(body: dict[str, Any]) -> list[dict[str, Any]]:
             raise errors.InvalidRequest(
                 f"'messages[{index}]' must be an object with a 'role'", param="messages"
             )
+    added = len(messages) - _first_new(messages)
+    if recorded and added > MAX_NEW_ITEMS:
+        raise errors.InvalidRequest(
+            f"a chat completion recorded into a conversation (X-Ragd-Conversation) adds the "
+            f"messages after the last assistant message to it, at most {MAX_NEW_ITEMS}; this "
+            f"one has {added}: add the earlier ones with POST /v1/conversations/{{id}}/items",
+            param="messages",
+        )
     return messages
 
 
-def new_items(messages: list[dict[str, Any]]) -> list[ChatItem]:
-    """The turn's new messages as items: those after the last assistant message."""
+def _first_new(messages: list[dict[str, Any]]) -> int:
+    """Where the turn's new messages start: after the last assistant message."""
     start = 0
     for index, entry in enumerate(messages):
         if entry["role"] == "assistant":
             start = index + 1
+    return start
+
+
+def new_items(messages: list[dict[str, Any]]) -> list[ChatItem]:
+    """The turn's new messages as items: those after the last assistant message."""
     items: list[ChatItem] = []
-    for entry in messages[start:]:
+    for entry in messages[_first_new(messages) :]:
         role, content = entry["role"], entry.get("content")
         if role == "tool":
             body = {"call_id": str(entry.get("tool_call_id") or ""), "output": content or ""}

@@ -21,14 +21,14 @@ RESPONSE_HEADER = "X-Ragd-Response-Id"
 async def chat_completions(request: Request) -> Response:
     deps = services(request)
     body = await json_body(request, limit=MAX_REQUEST_BYTES)
-    messages = completions.check(body)
+    conversation = request.headers.get(CONVERSATION_HEADER, "").strip()
+    messages = completions.check(body, recorded=bool(conversation))
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
     chat = upstream(deps)
     body.setdefault("model", chat.settings.model)
     turn = None
-    conversation = request.headers.get(CONVERSATION_HEADER, "").strip()
     if conversation:
         check_text(conversation, CONVERSATION_HEADER)
         # Unknown conversations are a 404 before the model is asked anything.
