@@ -229,7 +229,10 @@ def test_probes_use_each_services_readiness(manifests: dict[tuple[str, str], Man
         assert container["livenessProbe"]["grpc"]["port"] == port
         assert _env(container)[f"RAGD_{name.upper()}_LISTEN"] == f"0.0.0.0:{port}"
     gateway = _container(manifests, "Deployment", "gateway")
+    # Plain /ready: ready while the store answers (tests/test_readiness.py runs this probe's
+    # request against a stack whose embedder is killed); a hung embedder costs it ~1 s.
     assert gateway["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert gateway["readinessProbe"]["timeoutSeconds"] >= 3
     assert gateway["livenessProbe"]["httpGet"]["path"] == "/health"
 
 

@@ -87,7 +87,16 @@ OPERATIONS: dict[Endpoint, Operation] = {
     version.version: Operation("Versions of every service of the stack and its models", "Version"),
     metrics: Operation("Prometheus metrics (text exposition format)"),
     health.ready: Operation(
-        "Readiness of the embedder and the store (503 until both)", "Readiness"
+        "Readiness: 200 while the store serves (degraded: what is missing), 503 when it "
+        "does not or a required dependency is down",
+        "Readiness",
+        query=[
+            _query(
+                "require",
+                {"type": "string", "pattern": "^(store|embedder|chat)(,(store|embedder|chat))*$"},
+                "dependencies that must be up too, comma-separated: embedder, chat",
+            )
+        ],
     ),
     admin.backup: Operation(
         "Online backup of the store's database",
