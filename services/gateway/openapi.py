@@ -80,6 +80,8 @@ class Operation:
     returns: dict[str, str] = field(default_factory=dict)
     # With "stream": true in the body, the answer is server-sent events.
     events: bool = False
+    # Answers other than 200 that are not OpenAI's error object: status -> schema name.
+    other: dict[str, str] = field(default_factory=dict)
 
 
 OPERATIONS: dict[Endpoint, Operation] = {
@@ -90,6 +92,7 @@ OPERATIONS: dict[Endpoint, Operation] = {
         "Readiness: 200 while the store serves (degraded: what is missing), 503 when it "
         "does not or a required dependency is down",
         "Readiness",
+        other={"503": "Readiness"},
         query=[
             _query(
                 "require",
@@ -285,6 +288,10 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
         "operationId": f"{method}_{endpoint.__name__}",
         "responses": {
             "200": success,
+            **{
+                status: {"description": schema, "content": _content(schema)}
+                for status, schema in spec.other.items()
+            },
             "default": {"description": "Error", "content": _content("Error")},
         },
     }
