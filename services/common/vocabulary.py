@@ -69,8 +69,9 @@ MIN_CHUNK_TOKENS = 100
 MAX_CHUNK_TOKENS = 4096
 AUTO, STATIC = "auto", "static"
 
-# Operations the audit log records.
-AUDIT_OPERATIONS = ("search", "ingest", "embeddings", "read", "write")
+# Operations the audit log records: delete is a request's (by its key, naming the object),
+# expire the store's retention sweep (RAGD_*_TTL_DAYS).
+AUDIT_OPERATIONS = ("search", "ingest", "embeddings", "read", "write", "delete", "expire")
 
 # OpenAI: items added to a conversation in one call; the item kinds and statuses it knows.
 MAX_NEW_ITEMS = 20
