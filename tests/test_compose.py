@@ -316,3 +316,9 @@ def test_own_model_override_points_the_embedder_at_the_mounted_file() -> None:
     assert source.startswith("${RAGD_MODEL_FILE:?")
     assert mode == "ro"
     assert embedder["environment"]["RAGD_MODEL_PATH"] == target
+
+
+def test_the_store_takes_the_retention_settings_off_by_default(compose: dict[str, Any]) -> None:
+    store = compose["services"]["store"]["environment"]
+    for name in ("RAGD_CONVERSATIONS_TTL_DAYS", "RAGD_RESPONSES_TTL_DAYS"):
+        assert store[name] == f"${{{name}:-0}}", name

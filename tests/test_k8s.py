@@ -317,3 +317,12 @@ def test_the_store_replicates_when_the_replica_secret_exists(
     assert _env(sidecar)["RAGD_REPLICA_METRICS_LISTEN"] == "0.0.0.0:9101"
     config = manifests["ConfigMap", "ragd-config"]["data"]
     assert config["RAGD_REPLICA_SYNC_INTERVAL"] == "1"
+
+
+def test_chat_history_is_kept_until_the_retention_settings_say(
+    manifests: dict[tuple[str, str], Manifest],
+) -> None:
+    config = manifests["ConfigMap", "ragd-config"]["data"]
+    assert config["RAGD_CONVERSATIONS_TTL_DAYS"] == config["RAGD_RESPONSES_TTL_DAYS"] == "0"
+    store = _container(manifests, "StatefulSet", "store")
+    assert {"configMapRef": {"name": "ragd-config"}} in store["envFrom"]
