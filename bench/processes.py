@@ -85,11 +85,11 @@ class RunningStack:
 
 
 def _wait_ready(url: str, timeout: float) -> None:
-    """GET /ready until 200: the gateway answers only once it reaches both services."""
+    """GET /ready?require=embedder until 200: the gateway reaches both services."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(url + "/ready", timeout=2.0) as reply:
+            with urllib.request.urlopen(url + "/ready?require=embedder", timeout=2.0) as reply:
                 if reply.status == 200:
                     return
         except (urllib.error.URLError, OSError):

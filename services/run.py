@@ -7,22 +7,33 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from services import local_chat
+from services.common.paths import default_db_path
 from services.launcher import Stack
+
+# Where `make run` kept the database before it followed XDG: still used when it is there.
+LEGACY_DB_PATH = Path("data/ragd.db")
+
+
+def db_path() -> Path:
+    """$XDG_DATA_HOME/ragd/ragd.db, unless an existing data/ragd.db of an earlier `make run`
+    is here (moving it is the user's call, not a side effect of starting)."""
+    return LEGACY_DB_PATH if LEGACY_DB_PATH.exists() else default_db_path()
 
 
 def default_env() -> dict[str, str]:
     env = {
         "RAGD_STORE_LISTEN": "127.0.0.1:50052",
         "RAGD_EMBEDDER_LISTEN": "127.0.0.1:50051",
-        "RAGD_DB_PATH": "data/ragd.db",
         "RAGD_MODEL_PATH": "models/all-MiniLM-L6-v2.gguf",
         "RAGD_HOST": "127.0.0.1",
         "RAGD_PORT": "8000",
     }
     # Anything already set in the environment wins, so every default can be overridden.
     env.update({key: value for key, value in os.environ.items() if key.startswith("RAGD_")})
+    env.setdefault("RAGD_DB_PATH", str(db_path()))
     env.setdefault("RAGD_STORE_TARGET", env["RAGD_STORE_LISTEN"])
     env.setdefault("RAGD_EMBEDDER_TARGET", env["RAGD_EMBEDDER_LISTEN"])
     return env
@@ -51,6 +62,7 @@ def _run(stack: Stack) -> int:
     try:
         stack.start()
         print(f"ragd is up: {stack.gateway_url}  (Ctrl-C to stop)", flush=True)
+        print(f"database: {stack.env['RAGD_DB_PATH']}", flush=True)
         while all(child.alive() for child in stack.children.values()):
             time.sleep(0.5)
         dead = [c.name for c in stack.children.values() if not c.alive()]

@@ -15,6 +15,8 @@ from services.launcher import Stack
 from tests.embedder_fixtures import require_model
 
 ROOT = Path(__file__).resolve().parent.parent
+# Readiness with every dependency of the tests' stacks up (a chat upstream is not one).
+READY_STRICT = "/ready?require=embedder"
 
 
 def free_port() -> int:
@@ -66,11 +68,12 @@ def ok(response: httpx.Response) -> Any:
 
 
 def wait_ready(client: httpx.Client, timeout: float = 30.0) -> None:
-    """Waits for the gateway's /ready: it reconnects to a restarted service within its
-    reconnect backoff."""
+    """Waits until the gateway reaches the store and the embedder again (/ready with the
+    embedder required: plain /ready is 200 without it): it reconnects to a restarted service
+    within its reconnect backoff."""
     deadline = time.monotonic() + timeout
-    while client.get("/ready").status_code != 200:
-        assert time.monotonic() < deadline, client.get("/ready").text
+    while client.get(READY_STRICT).status_code != 200:
+        assert time.monotonic() < deadline, client.get(READY_STRICT).text
         time.sleep(0.1)
 
 

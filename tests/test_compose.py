@@ -145,13 +145,18 @@ def test_internal_ports_are_unpublished_and_every_call_carries_the_token(
         }, name
 
 
-def test_gateway_waits_for_healthy_dependencies(compose: dict[str, Any]) -> None:
+def test_gateway_waits_for_the_store_only(compose: dict[str, Any]) -> None:
+    """The embedders are not needed to serve (searches fall back to lexical), as /ready says:
+    the gateway starts once they are started, not once they are healthy."""
     depends = compose["services"]["gateway"]["depends_on"]
     assert depends == {
         "token": {"condition": "service_completed_successfully"},
-        "embedder": {"condition": "service_healthy"},
+        "embedder": {"condition": "service_started"},
         "store": {"condition": "service_healthy"},
     }
+    test = shlex.split(compose["services"]["gateway"]["healthcheck"]["test"])
+    # Plain /ready: a strict ?require= would make an embedder outage unhealthy.
+    assert test[3:] == ["http", "http://127.0.0.1:8000/ready"]
 
 
 def test_embedder_runs_replicas(compose: dict[str, Any]) -> None:
@@ -311,3 +316,9 @@ def test_own_model_override_points_the_embedder_at_the_mounted_file() -> None:
     assert source.startswith("${RAGD_MODEL_FILE:?")
     assert mode == "ro"
     assert embedder["environment"]["RAGD_MODEL_PATH"] == target
+
+
+def test_the_store_takes_the_retention_settings_off_by_default(compose: dict[str, Any]) -> None:
+    store = compose["services"]["store"]["environment"]
+    for name in ("RAGD_CONVERSATIONS_TTL_DAYS", "RAGD_RESPONSES_TTL_DAYS"):
+        assert store[name] == f"${{{name}:-0}}", name

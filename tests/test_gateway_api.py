@@ -38,11 +38,19 @@ def test_health_and_ready(client: httpx.Client) -> None:
     disk = body.pop("disk")
     assert body == {
         "status": "ready",
+        "degraded": [],
         "embedder": "SERVING",
         "store": "SERVING",
+        "chat": None,
         "unserved_models": [],
         "vector_index": "available",
     }
+    assert "X-Ragd-Degraded" not in ready.headers
+    assert client.get("/ready?require=embedder").status_code == 200
+    # A chat model is not configured here: requiring one is not ready; a typo is a 400.
+    assert client.get("/ready?require=chat").status_code == 503
+    wrong = client.get("/ready", params={"require": "embeder"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "require"
     assert disk["full"] is False and 0 < disk["free_bytes"] <= disk["total_bytes"]
 
 

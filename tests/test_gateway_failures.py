@@ -51,9 +51,10 @@ def test_embedder_down_gives_503_then_recovers(own_stack: Stack, authed: httpx.C
         assert error["type"] == "server_error"
         assert "embedder" in error["message"]
         ready = authed.get("/ready")
-        assert ready.status_code == 503
+        assert ready.status_code == 200 and ready.json()["status"] == "degraded"
         assert ready.json()["embedder"] == "UNAVAILABLE"
         assert ready.json()["store"] == "SERVING"
+        assert authed.get("/ready?require=embedder").status_code == 503
     finally:
         own_stack.start_service("embedder")
     wait_ready(authed)

@@ -229,7 +229,10 @@ def test_probes_use_each_services_readiness(manifests: dict[tuple[str, str], Man
         assert container["livenessProbe"]["grpc"]["port"] == port
         assert _env(container)[f"RAGD_{name.upper()}_LISTEN"] == f"0.0.0.0:{port}"
     gateway = _container(manifests, "Deployment", "gateway")
+    # Plain /ready: ready while the store answers (tests/test_readiness.py runs this probe's
+    # request against a stack whose embedder is killed); a hung embedder costs it ~1 s.
     assert gateway["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert gateway["readinessProbe"]["timeoutSeconds"] >= 3
     assert gateway["livenessProbe"]["httpGet"]["path"] == "/health"
 
 
@@ -314,3 +317,12 @@ def test_the_store_replicates_when_the_replica_secret_exists(
     assert _env(sidecar)["RAGD_REPLICA_METRICS_LISTEN"] == "0.0.0.0:9101"
     config = manifests["ConfigMap", "ragd-config"]["data"]
     assert config["RAGD_REPLICA_SYNC_INTERVAL"] == "1"
+
+
+def test_chat_history_is_kept_until_the_retention_settings_say(
+    manifests: dict[tuple[str, str], Manifest],
+) -> None:
+    config = manifests["ConfigMap", "ragd-config"]["data"]
+    assert config["RAGD_CONVERSATIONS_TTL_DAYS"] == config["RAGD_RESPONSES_TTL_DAYS"] == "0"
+    store = _container(manifests, "StatefulSet", "store")
+    assert {"configMapRef": {"name": "ragd-config"}} in store["envFrom"]

@@ -144,7 +144,7 @@ def test_searches_and_ingests_are_audited(api: httpx.Client, indexed: str) -> No
     assert len(page["data"]) == 1 and page["has_more"]
     older = ok(api.get(f"/admin/audit?limit=1&before={page['last_id']}"))["data"]
     assert older[0]["id"] < page["last_id"]
-    bad = api.get("/admin/audit?operation=delete")
+    bad = api.get("/admin/audit?operation=remove")
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "operation"
 
 

@@ -135,7 +135,7 @@ def test_audit_entries_are_listed_newest_first_with_filters(repo: Repository) ->
     rest = repo.list_audit(limit=2, before_id=first.items[-1].id)
     assert [item.id for item in rest.items] == [2, 1] and not rest.has_more
     with pytest.raises(InvalidArgument, match="operation must be one of"):
-        repo.record_audit([entry("delete")])
+        repo.record_audit([entry("remove")])
     assert repo.stats().database.audit_entries == 4
 
 

@@ -1,8 +1,9 @@
 """`ragd chat`: conversations with the stack's chat model from a terminal, streamed, kept in
 the store like any other conversation (the same objects as /v1/conversations).
 
-The conversation's metadata remembers the index and the system prompt it was started with,
-so `--resume` answers the same way without repeating them.
+The conversation's metadata remembers the index, the system prompt and the model it was
+started with, so `--resume` answers the same way without repeating them. `--no-store` keeps
+nothing: the turns travel with each request (`store: false`) and vanish with the session.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from services.cli import render
+from services.cli.lines import Lines
 from services.client.chat import ChatClient, Conversation, Reply, follow, item_text
 from services.client.errors import ClientError, NotFound
 
 RESULTS = "file_search_call.results"
 # Metadata keys of a conversation started here (OpenAI's limit: 512 characters a value).
-INDEX_KEY, SYSTEM_KEY = "ragd_index", "ragd_system"
+INDEX_KEY, SYSTEM_KEY, MODEL_KEY = "ragd_index", "ragd_system", "ragd_model"
 MAX_META_CHARS = 512
 # Turns shown when a conversation is resumed.
 RESUME_SHOWN = 6
@@ -41,12 +43,18 @@ class Session:
     model: str | None
     system: str | None
     store_id: str | None
+    # False: nothing is kept on the server; the turns so far go with each request.
+    store: bool = True
     conversation: Conversation | None = None
     last: Reply | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    turns: list[dict[str, Any]] = field(default_factory=list)
 
     def body(self, text: str) -> dict[str, Any]:
         body: dict[str, Any] = {"input": text}
+        if not self.store:
+            body["input"] = [*self.turns, _message("user", text)]
+            body["store"] = False
         if self.conversation is not None:
             body["conversation"] = self.conversation.id
         if self.model:
@@ -58,21 +66,33 @@ class Session:
             body["include"] = [RESULTS]
         return body
 
-    def start(self) -> Conversation:
+    def start(self) -> Conversation | None:
+        """A new conversation (None without a store: the session's turns start over)."""
+        self.last = None
+        if not self.store:
+            self.turns.clear()
+            return None
         metadata = {}
         if self.store_id:
             metadata[INDEX_KEY] = self.store_id
         if self.system and len(self.system) <= MAX_META_CHARS:
             metadata[SYSTEM_KEY] = self.system
+        if self.model and len(self.model) <= MAX_META_CHARS:
+            metadata[MODEL_KEY] = self.model
         self.conversation = self.client.create_conversation(metadata)
-        self.last = None
         return self.conversation
 
     def ask(self, text: str) -> Reply:
         """Streams the answer to the terminal; Ctrl-C stops it (the server keeps what it
-        sent, as incomplete)."""
-        if self.conversation is None:
+        sent, as incomplete, unless nothing is stored)."""
+        if self.conversation is None and self.store:
             self.start()
+        reply = self._ask(text)
+        if not self.store:
+            self.turns += [_message("user", text), _message("assistant", reply.text)]
+        return reply
+
+    def _ask(self, text: str) -> Reply:
         reply = Reply()
         try:
             with self.client.stream(self.body(text)) as events:
@@ -81,7 +101,8 @@ class Session:
         except KeyboardInterrupt:
             reply.status = "incomplete"
             self.out.print()
-            self.out.print("[dim](stopped: the reply so far is kept as incomplete)[/]")
+            kept = ": the reply so far is kept as incomplete" if self.store else ""
+            self.out.print(f"[dim](stopped{kept})[/]")
             self.last = reply
             return reply
         self.out.print()
@@ -95,7 +116,14 @@ class Session:
 
     def regen(self) -> str | None:
         """Drops the last question and everything after it; returns the question."""
-        assert self.conversation is not None
+        if not self.store:
+            if not self.turns:
+                return None
+            question = str(self.turns[-2]["content"])
+            del self.turns[-2:]
+            return question
+        if self.conversation is None:
+            return None
         items = self.client.items(self.conversation.id, last=50)
         asked = [
             index
@@ -108,6 +136,10 @@ class Session:
         for item in reversed(items[asked[-1] :]):
             self.client.delete_item(self.conversation.id, item["id"])
         return question
+
+
+def _message(role: str, text: str) -> dict[str, Any]:
+    return {"type": "message", "role": role, "content": text}
 
 
 def sources(out: Console, reply: Reply, brief: bool = False) -> None:
@@ -165,33 +197,43 @@ def show_recent(session: Session, items: list[dict[str, Any]]) -> None:
         session.out.print(f"[{style}]{who}>[/] {escape(item_text(item))}{flag}", soft_wrap=True)
 
 
-def resume(session: Session, which: str) -> None:
+def resume(session: Session, which: str, quiet: bool = False) -> None:
+    """Continues a conversation with what it started with; `quiet` (for --json) shows none
+    of it."""
     client = session.client
-    if which == "last":
-        recent = client.recent_conversations(limit=1)
-        if not recent:
-            raise NotFound("no conversation to resume yet: start one with `ragd chat`")
-        conversation = recent[0]
-    else:
-        conversation = client.get_conversation(which)
+    conversation = which_conversation(client, which)
     session.conversation = conversation
     session.store_id = session.store_id or conversation.metadata.get(INDEX_KEY) or None
     session.system = session.system or conversation.metadata.get(SYSTEM_KEY) or None
+    session.model = session.model or conversation.metadata.get(MODEL_KEY) or None
+    if quiet:
+        return
     title = escape(conversation.title or "(untitled)")
     session.out.print(f"[dim]resuming {conversation.id}: {title}[/]")
     show_recent(session, client.items(conversation.id, last=RESUME_SHOWN * 3))
 
 
-def interactive(session: Session) -> None:
+def interactive(session: Session, lines: Lines) -> None:
     out = session.out
     out.print(f"[dim]{HELP}[/]")
     if session.conversation is not None:
         out.print(f"[dim]conversation {session.conversation.id}[/]")
+    if not session.store:
+        out.print("[dim]not stored: this session is forgotten when it ends[/]")
+    try:
+        _loop(session, lines)
+    finally:
+        lines.save()
+    if session.conversation is not None:
+        out.print(f"[dim]resume with: ragd chat --resume {session.conversation.id}[/]")
+
+
+def _loop(session: Session, lines: Lines) -> None:
+    out = session.out
+    prompt = click.style("you", fg="cyan", bold=True) + "> "
     while True:
         try:
-            text = click.prompt(
-                click.style("you", fg="cyan", bold=True), prompt_suffix="> ", show_default=False
-            )
+            text = lines.read(prompt)
         except (EOFError, KeyboardInterrupt, click.Abort):
             out.print()
             break
@@ -205,7 +247,8 @@ def interactive(session: Session) -> None:
             continue
         if text == "/clear":
             conversation = session.start()
-            out.print(f"[dim]new conversation {conversation.id}[/]")
+            started = conversation.id if conversation else "(not stored)"
+            out.print(f"[dim]new conversation {started}[/]")
             continue
         if text == "/sources":
             if session.last is None:
@@ -214,7 +257,7 @@ def interactive(session: Session) -> None:
                 sources(out, session.last)
             continue
         if text == "/regen":
-            question = session.regen() if session.conversation else None
+            question = session.regen()
             if question is None:
                 out.print("[dim]nothing to ask again yet[/]")
                 continue
@@ -225,19 +268,42 @@ def interactive(session: Session) -> None:
             continue
         out.print("[bold green]assistant>[/] ", end="")
         session.ask(text)
-    if session.conversation is not None:
-        out.print(f"[dim]resume with: ragd chat --resume {session.conversation.id}[/]")
 
 
 def once(session: Session, question: str, as_json: bool) -> None:
-    """`-q`: one answer, then exit (the conversation stays, for --resume)."""
-    if session.conversation is None:
+    """`-q`: one answer, then exit (the conversation stays, for --resume, unless nothing is
+    stored)."""
+    if session.conversation is None and session.store:
         session.start()
     if as_json:
         response = session.client.respond(session.body(question))
         click.echo(json.dumps(response, indent=2, ensure_ascii=False))
         return
     session.ask(question)
+
+
+def which_conversation(client: ChatClient, which: str) -> Conversation:
+    """A conversation by id, or `last`: the most recently active."""
+    if which != "last":
+        return client.get_conversation(which)
+    recent = client.recent_conversations(limit=1)
+    if not recent:
+        raise NotFound("no conversation yet: start one with `ragd chat`")
+    return recent[0]
+
+
+def forget(out: Console, client: ChatClient, which: str) -> None:
+    """Deletes the conversation from the store: its items, their full-text rows and vectors,
+    its responses. The audit log names the API key that did it."""
+    conversation = which_conversation(client, which)
+    client.delete_conversation(conversation.id)
+    title = escape(conversation.title or "(untitled)")
+    items = conversation.item_count
+    out.print(
+        f"forgot {conversation.id}: {title} ({items} item{'' if items == 1 else 's'}, with "
+        "their search index and vectors)",
+        soft_wrap=True,
+    )
 
 
 def history_hits(out: Console, client: ChatClient, query: str, k: int, as_json: bool) -> None:

@@ -23,11 +23,13 @@ from services.cli import chat as chat_session
 from services.cli import ingest as ingest_run
 from services.cli import reindex as reindex_run
 from services.cli import render
+from services.cli.lines import Lines
 from services.cli.walk import collect
 from services.client.chat import ChatClient
 from services.client.errors import ClientError, Conflict, NotFound, Unauthenticated, Unreachable
 from services.client.ingest import IngestClient
 from services.client.rest import DEFAULT_URL, RestClient
+from services.common.paths import state_dir
 from services.common.versions import ragd_version
 from services.common.vocabulary import AUDIT_OPERATIONS, SEARCH_MODES
 
@@ -379,9 +381,25 @@ def search(
 
 
 @cli.command()
-@click.option("--resume", "resume", metavar="ID|last", help="Continue a conversation.")
+@click.option(
+    "--resume",
+    "resume",
+    metavar="ID|last",
+    help="Continue a conversation, with the index, system prompt and model it started with.",
+)
 @click.option("--list", "list_recent", is_flag=True, help="Recent conversations, and exit.")
 @click.option("--search", metavar="TEXT", help="Search every conversation, and exit.")
+@click.option(
+    "--forget",
+    metavar="ID|last",
+    help="Delete a conversation from the store (its items, their search index and vectors), "
+    "and exit.",
+)
+@click.option(
+    "--no-store",
+    is_flag=True,
+    help="Keep nothing: not on the server (the API's store: false), not in the line history.",
+)
 @click.option(
     "-n", "--index", "index_name", help="Answer from this index (name or id) with file_search."
 )
@@ -409,13 +427,22 @@ def chat(
     question: str | None,
     k: int,
     as_json: bool,
+    forget: str | None,
+    no_store: bool,
 ) -> None:
     """Chat with the stack's model; conversations are kept and can be resumed.
 
     In a session: /clear starts over, /regen asks the last question again, /sources shows
     what the last answer was given, Ctrl-C stops a reply (kept as incomplete), Ctrl-D leaves.
+    The up arrow recalls earlier lines, kept in $XDG_STATE_HOME/ragd/chat_history
+    (~/.local/state/ragd/chat_history).
     """
+    if no_store and resume:
+        raise click.UsageError("--no-store keeps nothing, so it cannot continue a conversation")
     with settings.chat() as client:
+        if forget is not None:
+            chat_session.forget(out, client, forget)
+            return
         if list_recent:
             recent = client.recent_conversations(limit=k)
             if as_json:
@@ -429,13 +456,14 @@ def chat(
             chat_session.history_hits(out, client, search, k, as_json)
             return
         store_id = client.resolve(index_name).id if index_name else None
-        session = chat_session.Session(client, out, model, system, store_id)
+        session = chat_session.Session(client, out, model, system, store_id, store=not no_store)
         if resume:
-            chat_session.resume(session, resume)
+            chat_session.resume(session, resume, quiet=as_json)
         if question is not None:
             chat_session.once(session, question, as_json)
         else:
-            chat_session.interactive(session)
+            history = None if no_store else state_dir() / "chat_history"
+            chat_session.interactive(session, Lines(history))
 
 
 @cli.command("version")

@@ -83,6 +83,10 @@ class ChatClient(RestClient):
     def get_conversation(self, conversation_id: str) -> Conversation:
         return Conversation.from_json(self.request("GET", f"/v1/conversations/{conversation_id}"))
 
+    def delete_conversation(self, conversation_id: str) -> None:
+        """The conversation and everything it holds, from the store."""
+        self.request("DELETE", f"/v1/conversations/{conversation_id}")
+
     def recent_conversations(self, limit: int = 20) -> list[Conversation]:
         page = self.request("GET", "/v1/conversations", params={"limit": limit})
         return [Conversation.from_json(item) for item in page["data"]]

@@ -69,9 +69,12 @@ MIN_CHUNK_TOKENS = 100
 MAX_CHUNK_TOKENS = 4096
 AUTO, STATIC = "auto", "static"
 
-# Operations the audit log records.
-# "refused": requests turned away without a valid key, counted per minute in one entry each.
-AUDIT_OPERATIONS = ("search", "ingest", "embeddings", "read", "write", "refused")
+# Operations the audit log records: delete is a request's (by its key, naming the object),
+# expire the store's retention sweep (RAGD_*_TTL_DAYS); refused sums up, once a minute, the
+# requests turned away without a valid key.
+AUDIT_OPERATIONS = (
+    "search", "ingest", "embeddings", "read", "write", "delete", "expire", "refused",
+)  # fmt: skip
 
 # OpenAI: items added to a conversation in one call; the item kinds and statuses it knows.
 MAX_NEW_ITEMS = 20

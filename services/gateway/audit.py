@@ -180,6 +180,8 @@ def _operation(method: str, path: str) -> str:
         return "search"
     if path == "/v1/embeddings":
         return "embeddings"
+    if method == "DELETE":
+        return "delete"
     return "read" if method in ("GET", "HEAD") else "write"
 
 
@@ -189,6 +191,9 @@ def _record(scope: Scope, status: int, at: float, latency_ms: float) -> None:
         return
     info: dict[str, Any] = scope.get(AUDIT_INFO, {})
     method, route = scope["method"], scope.get("route_template", scope["path"])
+    if method == "DELETE":
+        # Who deleted what: the ids themselves, not the route's template.
+        route = scope["path"]
     who = principal(scope)
     if who is None and status == 401:
         # No key known: counted, not stored one by one (see the module's docstring).

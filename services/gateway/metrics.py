@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
@@ -47,6 +54,13 @@ INGEST_DURATION = Histogram(
     "ragd_ingest_file_duration_seconds",
     "Time to parse, chunk, embed and write one file.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+)
+
+DEPENDENCY_UP = Gauge(
+    "ragd_dependency_up",
+    "1 when the dependency answered the last readiness check (/ready), else 0: store, "
+    "embedder (the default model's), chat (when configured), embedder:<model> with several.",
+    ["dependency"],
 )
 
 # Requests no route matched share one label value.
@@ -98,6 +112,11 @@ def searched(mode: str, seconds: float, degraded: bool) -> None:
     SEARCH_DURATION.labels(mode).observe(seconds)
     if degraded:
         DEGRADED_SEARCHES.inc()
+
+
+def dependencies(states: dict[str, bool]) -> None:
+    for name, up in states.items():
+        DEPENDENCY_UP.labels(name).set(1 if up else 0)
 
 
 def ingested(outcome: str, seconds: float, chunks: int) -> None:

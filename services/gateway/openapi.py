@@ -80,6 +80,8 @@ class Operation:
     returns: dict[str, str] = field(default_factory=dict)
     # With "stream": true in the body, the answer is server-sent events.
     events: bool = False
+    # Answers other than 200 that are not OpenAI's error object: status -> schema name.
+    other: dict[str, str] = field(default_factory=dict)
 
 
 OPERATIONS: dict[Endpoint, Operation] = {
@@ -87,7 +89,17 @@ OPERATIONS: dict[Endpoint, Operation] = {
     version.version: Operation("Versions of every service of the stack and its models", "Version"),
     metrics: Operation("Prometheus metrics (text exposition format)"),
     health.ready: Operation(
-        "Readiness of the embedder and the store (503 until both)", "Readiness"
+        "Readiness: 200 while the store serves (degraded: what is missing), 503 when it "
+        "does not or a required dependency is down",
+        "Readiness",
+        other={"503": "Readiness"},
+        query=[
+            _query(
+                "require",
+                {"type": "string", "pattern": "^(store|embedder|chat)(,(store|embedder|chat))*$"},
+                "dependencies that must be up too, comma-separated: embedder, chat",
+            )
+        ],
     ),
     admin.backup: Operation(
         "Online backup of the store's database",
@@ -282,6 +294,10 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
         "operationId": f"{method}_{endpoint.__name__}",
         "responses": {
             "200": success,
+            **{
+                status: {"description": schema, "content": _content(schema)}
+                for status, schema in spec.other.items()
+            },
             "default": {"description": "Error", "content": _content("Error")},
         },
     }

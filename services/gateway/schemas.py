@@ -127,10 +127,22 @@ SCHEMAS: dict[str, Schema] = {
         full={"description": "writes are refused for lack of space"} | BOOL,
     ),
     "Readiness": obj(
-        ["status", "embedder", "store"],
-        status={"enum": ["ready", "not_ready"]},
+        ["status", "degraded", "embedder", "store", "chat"],
+        status={
+            "description": "ready; degraded: serving without what `degraded` lists; not_ready "
+            "(503): the store, or a dependency named in `require`, is down",
+            "enum": ["ready", "degraded", "not_ready"],
+        },
+        degraded={
+            "description": "what is missing while the gateway serves (also the header "
+            "X-Ragd-Degraded): embedder-unavailable (searches answer lexically), "
+            "chat-unavailable, vector-index-unavailable",
+            "type": "array",
+            "items": STRING,
+        },
         embedder=STRING,
         store=STRING,
+        chat={"description": "the chat upstream; null when none is configured"} | nullable(STRING),
         disk=nullable(ref("Disk")),
         unserved_models={
             "description": "vector stores indexed with a model the embedders do not serve "

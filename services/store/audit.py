@@ -54,29 +54,35 @@ def record(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> int:
     if not entries:
         return 0
     with atomic(conn):
-        conn.executemany(
-            "INSERT INTO audit_log (at, operation, collection_id, k, latency_ms, result_count,"
-            " degraded, detail, key_name, embedded_tokens, error_code, project)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    entry.at,
-                    entry.operation,
-                    entry.collection_id,
-                    entry.k,
-                    entry.latency_ms,
-                    entry.result_count,
-                    int(entry.degraded),
-                    entry.detail[:MAX_DETAIL],
-                    entry.key_name[:64],
-                    entry.embedded_tokens,
-                    entry.error_code[:64],
-                    entry.project[:64],
-                )
-                for entry in entries
-            ],
-        )
+        insert(conn, entries)
     return len(entries)
+
+
+def insert(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> None:
+    """Writes checked entries inside the caller's transaction (the retention sweep records
+    what it deletes in the same one)."""
+    conn.executemany(
+        "INSERT INTO audit_log (at, operation, collection_id, k, latency_ms, result_count,"
+        " degraded, detail, key_name, embedded_tokens, error_code, project)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                entry.at,
+                entry.operation,
+                entry.collection_id,
+                entry.k,
+                entry.latency_ms,
+                entry.result_count,
+                int(entry.degraded),
+                entry.detail[:MAX_DETAIL],
+                entry.key_name[:64],
+                entry.embedded_tokens,
+                entry.error_code[:64],
+                entry.project[:64],
+            )
+            for entry in entries
+        ],
+    )
 
 
 def prune(conn: apsw.Connection, *, now: float, retention_days: int) -> int:

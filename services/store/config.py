@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.config import ConfigError, Env
+from services.common.paths import default_db_path
 from services.common.security import TlsFiles, service_token
 from services.store.replica import ReplicaSettings, valid_timestamp
+from services.store.retention import RetentionSettings
 
 
 @dataclass(frozen=True)
 class StoreConfig:
     # host:port to listen on; port 0 picks a free one.
     listen: str = "127.0.0.1:50052"
-    db_path: Path = Path("data/ragd.db")
+    # Unset: $XDG_DATA_HOME/ragd/ragd.db (services/common/paths.py).
+    db_path: Path = field(default_factory=default_db_path)
     # Worker threads for database calls, each with its own connection.
     threads: int = 4
     log_level: str = "INFO"
@@ -47,13 +50,16 @@ class StoreConfig:
     # Continuous replication with Litestream (RAGD_REPLICA_URL; replica.py): the store then
     # leaves checkpoints to Litestream and restores a missing database from the replica.
     replica: ReplicaSettings | None = None
+    # Chat history kept this many days (RAGD_CONVERSATIONS_TTL_DAYS, RAGD_RESPONSES_TTL_DAYS;
+    # retention.py); 0: forever.
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreConfig:
         env = env or Env()
         return cls(
             listen=env.str("STORE_LISTEN", cls.listen),
-            db_path=Path(env.str("DB_PATH", str(cls.db_path))),
+            db_path=Path(env.str("DB_PATH", str(default_db_path()))),
             threads=env.int("STORE_THREADS", cls.threads, minimum=1),
             log_level=env.str("LOG_LEVEL", cls.log_level),
             metrics_listen=env.optional("METRICS_LISTEN"),
@@ -74,7 +80,18 @@ class StoreConfig:
             tls=TlsFiles.from_env(env),
             sqlite_vec_path=env.str("SQLITE_VEC_PATH", ""),
             replica=_replica(env),
+            retention=RetentionSettings(
+                conversations_days=_days(env, "CONVERSATIONS_TTL_DAYS"),
+                responses_days=_days(env, "RESPONSES_TTL_DAYS"),
+            ),
         )
+
+
+def _days(env: Env, name: str) -> float:
+    days = env.float(name, 0.0)
+    if not (0 <= days < 1e6):
+        raise ConfigError(f"RAGD_{name} must be 0 (keep forever) or a number of days, got {days}")
+    return days
 
 
 def _replica(env: Env) -> ReplicaSettings | None:

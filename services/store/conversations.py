@@ -263,14 +263,20 @@ def delete(conn: apsw.Connection, conversation_id: str) -> None:
     """The conversation, its items (their full-text rows go by trigger) and its responses."""
     with atomic(conn):
         key, _ = lookup(conn, conversation_id)
-        responses = [row[0] for row in conn.execute(
-            "SELECT id FROM responses WHERE conversation_id = ?", (key,)
-        )]  # fmt: skip
-        conn.execute("DELETE FROM items WHERE conversation_id = ?", (key,))
-        for response in responses:
-            conn.execute("DELETE FROM items WHERE response_id = ?", (response,))
-        conn.execute("DELETE FROM responses WHERE conversation_id = ?", (key,))
-        conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
+        remove(conn, key)
+
+
+def remove(conn: apsw.Connection, key: int) -> None:
+    """delete() inside the caller's transaction, by row key (the retention sweep's too): the
+    items' full-text rows go by trigger, their vectors by cascade."""
+    responses = [row[0] for row in conn.execute(
+        "SELECT id FROM responses WHERE conversation_id = ?", (key,)
+    )]  # fmt: skip
+    conn.execute("DELETE FROM items WHERE conversation_id = ?", (key,))
+    for response in responses:
+        conn.execute("DELETE FROM items WHERE response_id = ?", (response,))
+    conn.execute("DELETE FROM responses WHERE conversation_id = ?", (key,))
+    conn.execute("DELETE FROM conversations WHERE id = ?", (key,))
 
 
 def list_page(

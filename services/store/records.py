@@ -234,7 +234,7 @@ class ClaimedJob:
 class AuditEntry:
     # Unix seconds (fractional) when the call was made.
     at: float
-    # "search", "ingest", "embeddings", "read" or "write".
+    # One of vocabulary.AUDIT_OPERATIONS.
     operation: str
     # Public vector store id.
     collection_id: str = ""

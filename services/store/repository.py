@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 
@@ -40,6 +40,7 @@ from services.store import (
     replica,
     resident,
     responses,
+    retention,
     search,
     vector_index,
 )
@@ -92,6 +93,7 @@ from services.store.records import (
     VacuumResult,
 )
 from services.store.replica import ReplicaSettings, ReplicaStatus
+from services.store.retention import RetentionSettings, Swept
 from services.store.search import items as item_search
 from services.store.search.filters import Filter
 
@@ -110,6 +112,8 @@ class OperationsSettings:
     backup_reserve_bytes: int = 128 << 20
     # Litestream replicates the database (replica.py): it owns the checkpoints then.
     replica: ReplicaSettings | None = None
+    # How long chat history is kept (retention.py).
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
 
 class Repository:
@@ -594,6 +598,15 @@ class Repository:
             if pruned < audit.PRUNE_BATCH:
                 self._next_prune = now + audit.PRUNE_INTERVAL_SECONDS
         return recorded
+
+    @property
+    def retention(self) -> RetentionSettings:
+        return self._settings.retention
+
+    def sweep_expired(self) -> Swept:
+        """Deletes a batch of chat history past its time to live (retention.py); the server
+        calls it from a background loop."""
+        return retention.sweep(self._conn(), self._settings.retention, now=self._clock())
 
     # API keys (services/store/keys.py)
 

@@ -129,11 +129,16 @@ def delete(conn: apsw.Connection, response_id: str) -> None:
     """The response and its items, except those a conversation holds (they stay there)."""
     with atomic(conn):
         key, _ = _lookup(conn, response_id)
-        conn.execute("DELETE FROM items WHERE response_id = ? AND conversation_id IS NULL", (key,))
-        conn.execute(
-            "UPDATE items SET response_id = NULL, response_role = '' WHERE response_id = ?", (key,)
-        )
-        conn.execute("DELETE FROM responses WHERE id = ?", (key,))
+        remove(conn, key)
+
+
+def remove(conn: apsw.Connection, key: int) -> None:
+    """delete() inside the caller's transaction, by row key (the retention sweep's too)."""
+    conn.execute("DELETE FROM items WHERE response_id = ? AND conversation_id IS NULL", (key,))
+    conn.execute(
+        "UPDATE items SET response_id = NULL, response_role = '' WHERE response_id = ?", (key,)
+    )
+    conn.execute("DELETE FROM responses WHERE id = ?", (key,))
 
 
 def input_items(

@@ -44,6 +44,16 @@ class ChatUpstream:
     async def close(self) -> None:
         await self._http.aclose()
 
+    async def answers(self, timeout: float) -> bool:
+        """Whether the upstream answers at all (GET /models, for readiness): any reply but a
+        server error or a refusal of ragd's credentials counts, as not every server lists
+        its models."""
+        try:
+            reply = await self._http.get("/models", timeout=timeout)
+        except httpx.HTTPError:
+            return False
+        return reply.status_code < 500 and reply.status_code not in (401, 403)
+
     def _where(self) -> str:
         return f"the chat upstream at {self.settings.base_url}"
 

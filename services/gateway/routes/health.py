@@ -1,4 +1,13 @@
-"""Liveness and readiness."""
+"""Liveness and readiness.
+
+Readiness means "this gateway can serve": the store answers. A missing embedder or chat
+upstream is reported (the body's `degraded`, the X-Ragd-Degraded header, the
+ragd_dependency_up gauge) but keeps the gateway ready: searches fall back to lexical, reads,
+uploads and conversations go on, and a gateway taken out of its load balancer would lose all
+of those with the one thing that is missing. `?require=embedder` (or `chat`; comma-separated
+or repeated) makes a dependency required, for callers that need it: a deploy gate, a test
+waiting for a restarted embedder.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +17,22 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from services.gateway import metrics
 from services.gateway.clients import check_health
-from services.gateway.errors import ApiError
+from services.gateway.errors import ApiError, invalid
 from services.gateway.models import store_model
 from services.gateway.routes import services
+from services.gateway.routes.vector_stores import DEGRADED_HEADER
+from services.gateway.search import EMBEDDER_UNAVAILABLE, VECTOR_INDEX_UNAVAILABLE
 from services.pb import store_pb2
+
+SERVING = "SERVING"
+# What `require` can name; the store is always required.
+REQUIRABLE = ("store", "embedder", "chat")
+CHAT_UNAVAILABLE = "chat-unavailable"
+# A dependency that does not answer within this is reported down; kept short so that a hung
+# one (SIGSTOP, a partition) costs a probe about a second, well inside its timeout.
+CHECK_TIMEOUT = 1.0
 
 
 async def health(request: Request) -> JSONResponse:
@@ -20,30 +40,55 @@ async def health(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
+def _required(request: Request) -> set[str]:
+    names = {
+        name.strip()
+        for value in request.query_params.getlist("require")
+        for name in value.split(",")
+        if name.strip()
+    }
+    unknown = sorted(names - set(REQUIRABLE))
+    if unknown:
+        raise invalid(
+            f"'require' names {', '.join(repr(n[:40]) for n in unknown[:3])}; it takes "
+            f"{', '.join(REQUIRABLE)} (comma-separated or repeated)",
+            param="require",
+        )
+    return names | {"store"}
+
+
 async def ready(request: Request) -> JSONResponse:
-    """200 only when the default model's embedder and the store report SERVING; each shown
-    separately (with several models, each model's embedders under `embedders`: one down makes
-    its stores' searches lexical, not the stack unready), with the store's disk (a full one
-    refuses writes, but searches go on: still ready)."""
+    """200 while the store serves: `status` ready, or degraded with the reasons listed (the
+    default model's embedder, a chat upstream, sqlite-vec). 503 when the store does not, or a
+    dependency named in `require` is down. Each embedder shown (with several models, each
+    model's under `embedders`), with the store's disk (a full one refuses writes, but searches
+    go on: still ready)."""
+    required = _required(request)
     deps = services(request)
-    store, *embedders = await asyncio.gather(
-        check_health(deps.store_channel),
-        *(check_health(client.channel) for client in deps.embedders.clients),
+    store, chat, *embedders = await asyncio.gather(
+        check_health(deps.store_channel, timeout=CHECK_TIMEOUT),
+        _chat(request),
+        *(check_health(client.channel, timeout=CHECK_TIMEOUT) for client in deps.embedders.clients),
     )
     embedder = embedders[0]
-    is_ready = embedder == "SERVING" and store == "SERVING"
-    body: dict[str, Any] = {
-        "status": "ready" if is_ready else "not_ready",
-        "embedder": embedder,
-        "store": store,
-    }
+    up = {"store": store == SERVING, "embedder": embedder == SERVING, "chat": chat == SERVING}
+    degraded = []
+    if not up["embedder"]:
+        degraded.append(EMBEDDER_UNAVAILABLE)
+    if chat is not None and not up["chat"]:
+        degraded.append(CHAT_UNAVAILABLE)
+    body: dict[str, Any] = {"embedder": embedder, "store": store, "chat": chat}
+    states = {"store": up["store"], "embedder": up["embedder"]}
+    if chat is not None:
+        states["chat"] = up["chat"]
     if len(embedders) > 1:
         names = deps.embedders.configured_names
         body["embedders"] = dict(zip(names, embedders, strict=True))
-    if store == "SERVING":
+        states |= {f"embedder:{n}": s == SERVING for n, s in body["embedders"].items()}
+    if up["store"]:
         try:
             served = []
-            if "SERVING" in embedders:
+            if SERVING in embedders:
                 served = [store_model(info) for info in await deps.embedders.served(timeout=2.0)]
             status = await deps.store.GetStatus(
                 store_pb2.GetStatusRequest(served=served), timeout=2.0
@@ -53,12 +98,26 @@ async def ready(request: Request) -> JSONResponse:
             body["vector_index"] = "unavailable" if status.vector_index_error else "available"
             if status.vector_index_error:
                 body["vector_index_error"] = status.vector_index_error
+                degraded.append(VECTOR_INDEX_UNAVAILABLE)
         except ApiError:
             body["disk"] = None
         else:
             if served:
                 body["unserved_models"] = unserved_models(status)
-    return JSONResponse(body, status_code=200 if is_ready else 503)
+    metrics.dependencies(states)
+    is_ready = all(up[name] for name in required)
+    status_name = "not_ready" if not is_ready else "degraded" if degraded else "ready"
+    body = {"status": status_name, "degraded": degraded, **body}
+    headers = {DEGRADED_HEADER: ", ".join(degraded)} if degraded else None
+    return JSONResponse(body, status_code=200 if is_ready else 503, headers=headers)
+
+
+async def _chat(request: Request) -> str | None:
+    """The chat upstream's state; None when none is configured."""
+    chat = services(request).chat
+    if chat is None:
+        return None
+    return SERVING if await chat.answers(timeout=CHECK_TIMEOUT) else "UNAVAILABLE"
 
 
 def unserved_models(status: store_pb2.StoreStatus) -> list[dict[str, Any]]:

@@ -62,6 +62,7 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
             cache_max_entries=config.cache_max_entries,
             audit_retention_days=config.audit_retention_days,
             replica=config.replica,
+            retention=config.retention,
         ),
         index=IndexSettings(
             coarse=config.coarse_index,
@@ -112,6 +113,8 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
     log.info("database %s at schema version %d", repository.path, version)
     await set_serving(health, [SERVICE_NAME], True)
     background = [_build_indexes(server, repository, executor)]
+    if config.retention.enabled:
+        background.append(_sweep_expired(server, repository, executor))
     if config.metrics_listen is not None:
         background.append(
             _refresh_metrics(watch(), server, repository, executor, config.metrics_refresh_seconds)
@@ -165,6 +168,36 @@ async def _build_indexes(
                 log.exception("coarse index build step failed; retrying later")
                 busy = False
             await asyncio.wait({terminated}, timeout=_BUILD_PAUSE if busy else _BUILD_IDLE)
+    finally:
+        terminated.cancel()
+
+
+async def _sweep_expired(
+    server: grpc.aio.Server, repository: Repository, executor: ThreadPoolExecutor
+) -> None:
+    """Deletes chat history past RAGD_*_TTL_DAYS (retention.py): a batch at a time, at once
+    again while batches come back full, else every sweep_seconds."""
+    loop = asyncio.get_running_loop()
+    terminated = asyncio.ensure_future(server.wait_for_termination())
+    pause = repository.retention.sweep_seconds
+    try:
+        while not terminated.done():
+            full = False
+            try:
+                swept = await loop.run_in_executor(executor, repository.sweep_expired)
+            except Exception:
+                if terminated.done():
+                    return
+                log.exception("retention sweep failed; retrying later")
+            else:
+                full = swept.full
+                if swept.conversations or swept.responses:
+                    log.info(
+                        "retention: deleted %d conversations and %d responses past their time",
+                        swept.conversations,
+                        swept.responses,
+                    )
+            await asyncio.wait({terminated}, timeout=_BUILD_PAUSE if full else pause)
     finally:
         terminated.cancel()
 
