@@ -111,15 +111,29 @@ def handler(
     max_tokens: int | None = None,
     stop: str | list[str] | None = None,
     seed: int | None = None,
-    **_: Any,
+    **rest: Any,
 ) -> Any:
     if tool_choice == "none":
         tools = []
-    tools = tools or []
-    prompt = render(messages, tools)
-    stops = [_END, *([stop] if isinstance(stop, str) else stop or [])]
     sampling: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "seed": seed}
-    if not tools:
+    history_calls = any(m.get("tool_calls") or m.get("role") == "tool" for m in messages)
+    if not tools and not history_calls:
+        # No tools: the model's own chat template, exactly as llama_cpp.server would use it.
+        plain: Any = llama._chat_handlers["chat_template.default"]
+        return plain(
+            llama=llama,
+            messages=messages,
+            response_format=response_format,
+            stream=stream,
+            max_tokens=max_tokens,
+            stop=stop,
+            **sampling,
+            **rest,
+        )
+    prompt = render(messages, tools or [])
+    stops = [_END, *([stop] if isinstance(stop, str) else stop or [])]
+
+    def answer(prompt: str) -> Any:
         reply = llama.create_completion(
             prompt=prompt,
             stream=stream,
@@ -129,6 +143,9 @@ def handler(
             **sampling,
         )
         return llama_chat_format._convert_completion_to_chat(reply, stream=stream)
+
+    if not tools:
+        return answer(prompt)  # calls and results in the history, none to make now
     by_name = {tool["function"]["name"]: tool for tool in tools}
     if isinstance(tool_choice, dict):
         name = str(tool_choice.get("function", {}).get("name"))
@@ -155,15 +172,7 @@ def handler(
         )
         chosen = str(decision["choices"][0]["text"]).rstrip(":")  # type: ignore[index]
         if chosen == "message":
-            reply = llama.create_completion(
-                prompt=prompt + "message:\n",
-                stream=stream,
-                stop=stops,
-                max_tokens=max_tokens,
-                grammar=_answer_grammar(response_format),
-                **sampling,
-            )
-            return llama_chat_format._convert_completion_to_chat(reply, stream=stream)
+            return answer(prompt + "message:\n")
         name = chosen.removeprefix("functions.")
     call = llama.create_completion(
         prompt=prompt + f"functions.{name}:\n",
@@ -233,14 +242,13 @@ def main() -> None:
     from llama_cpp.server.cli import add_args_from_model, parse_model_from_args
     from llama_cpp.server.settings import ModelSettings, ServerSettings, Settings
 
-    llama_chat_format.LlamaChatCompletionHandlerRegistry().register_chat_completion_handler(
-        FORMAT, handler, overwrite=True
-    )
+    registry: Any = llama_chat_format.LlamaChatCompletionHandlerRegistry
+    registry().register_chat_completion_handler(FORMAT, handler, overwrite=True)
     parser = argparse.ArgumentParser(description="llama_cpp.server with ragd's tool calling")
     add_args_from_model(parser, Settings)
     args = parser.parse_args()
-    server = parse_model_from_args(ServerSettings, args)
-    model = parse_model_from_args(ModelSettings, args)
+    server: Any = parse_model_from_args(ServerSettings, args)
+    model: Any = parse_model_from_args(ModelSettings, args)
     app = create_app(server_settings=server, model_settings=[model])
     uvicorn.run(
         OpenAIResponseFormat(app),

@@ -143,6 +143,7 @@ def _chat(env: Env) -> ChatSettings | None:
         timeout=env.float("CHAT_TIMEOUT", defaults.timeout),
         context_tokens=env.int("CHAT_CONTEXT_TOKENS", defaults.context_tokens, minimum=256),
         max_output_tokens=env.int("CHAT_MAX_OUTPUT_TOKENS", defaults.max_output_tokens, minimum=1),
+        tools=env.bool("CHAT_TOOLS", defaults.tools),
     )
     if settings.timeout <= 0:
         raise ConfigError("RAGD_CHAT_TIMEOUT must be positive")

@@ -4,7 +4,8 @@ with the limits the routes validate with."""
 from __future__ import annotations
 
 from services.common import vocabulary as v
-from services.gateway.chat.requests import INCLUDABLES, TOOL_CHOICES, TRUNCATIONS
+from services.gateway.chat.requests import INCLUDABLES, TRUNCATIONS
+from services.gateway.chat.tools import TOOL_CHOICES
 from services.gateway.schemas import (
     BOOL,
     COUNT,

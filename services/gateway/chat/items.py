@@ -22,6 +22,11 @@ from services.pb import store_pb2
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
 # Fields every item has; the rest is its body.
 HEAD = ("id", "type", "role", "status")
+# The string fields a tool call and its result must have (an output may also be parts).
+_CALL_FIELDS = {
+    "function_call": ("call_id", "name", "arguments"),
+    "function_call_output": ("call_id", "output"),
+}
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,12 @@ def item_text(kind: str, body: dict[str, Any]) -> str:
         )
     if kind == "function_call_output":
         output = body.get("output", "")
+        if isinstance(output, list):
+            # Content parts (input_text, input_image, ...): their text.
+            return "\n".join(str(part.get("text", "")) for part in output if isinstance(part, dict))
         return output if isinstance(output, str) else json.dumps(output)
+    if kind == "function_call":
+        return f"{body.get('name', '')}({body.get('arguments', '')})"
     return ""
 
 
@@ -98,6 +108,11 @@ def _item(raw: Any, name: str, param: str) -> ChatItem:
     content = body.get("content")
     if content is not None:
         _check_content(content, name, param)
+    if kind in _CALL_FIELDS:
+        for key in _CALL_FIELDS[kind]:
+            value = body.get(key)
+            if not isinstance(value, str) and not (key == "output" and isinstance(value, list)):
+                raise invalid(f"'{name}.{key}' is required for a {kind} item", param=param)
     if kind != "message":
         return ChatItem(kind, str(raw.get("role") or ""), status, body)
     role = raw.get("role")
@@ -164,18 +179,57 @@ def stored(item: store_pb2.ConversationItem) -> ChatItem:
     return ChatItem(item.type, item.role, item.status, json.loads(item.body_json or "{}"))
 
 
-def chat_messages(items: Sequence[ChatItem]) -> list[dict[str, str]]:
-    """What a chat-completions model reads of the items: their text as role messages.
-
-    Tool items become short notes from the system (the model sees that a search ran and for
-    what); items with no text are left out.
+def chat_messages(items: Sequence[ChatItem]) -> list[dict[str, Any]]:
+    """What a chat-completions model reads of the items: messages with their text, the
+    model's function calls as an assistant message's tool_calls and their results as tool
+    messages. Items with no text for the model (file_search calls, reasoning) are left out.
     """
-    messages = []
+    messages: list[dict[str, Any]] = []
     for item in items:
         text = item.text.strip()
         if item.type == "message" and text:
             role = "system" if item.role == "developer" else item.role
             messages.append({"role": role, "content": text})
-        elif item.type == "function_call_output" and text:
-            messages.append({"role": "system", "content": f"Tool result: {text}"})
+        elif item.type == "function_call":
+            call = {
+                "id": str(item.body.get("call_id", "")),
+                "type": "function",
+                "function": {
+                    "name": str(item.body.get("name", "")),
+                    "arguments": str(item.body.get("arguments", "")),
+                },
+            }
+            last = messages[-1] if messages else {}
+            if last.get("role") == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)  # calls made together stay together
+            else:
+                messages.append({"role": "assistant", "tool_calls": [call]})
+        elif item.type == "function_call_output":
+            call_id = str(item.body.get("call_id", ""))
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": item.text})
     return messages
+
+
+def check_calls(items: Sequence[ChatItem]) -> None:
+    """Every function result answers a call before it, and every call has its result before
+    the model runs again (an upstream refuses either, as OpenAI does)."""
+    open_calls: dict[str, str] = {}
+    for item in items:
+        call_id = str(item.body.get("call_id", ""))
+        if item.type == "function_call":
+            open_calls[call_id] = str(item.body.get("name", ""))
+        elif item.type == "function_call_output":
+            if call_id not in open_calls:
+                raise invalid(
+                    f"no function call found for the function_call_output of call_id "
+                    f"{call_id[:80]!r}",
+                    param="input",
+                )
+            del open_calls[call_id]
+    if open_calls:
+        call_id = next(iter(open_calls))
+        raise invalid(
+            f"no output found for the function call {call_id[:80]!r} "
+            f"({open_calls[call_id][:64]}): send a function_call_output item for it",
+            param="input",
+        )

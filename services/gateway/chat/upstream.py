@@ -29,6 +29,9 @@ class ChatSettings:
     # The upstream's context window (prompt plus reply), and a reply's default length.
     context_tokens: int = 8192
     max_output_tokens: int = 512
+    # Whether it calls tools (RAGD_CHAT_TOOLS): function tools pass through to it and it
+    # drives file_search. Off: file_search searches with the user's words, function tools 400.
+    tools: bool = True
 
 
 class ChatUpstream:

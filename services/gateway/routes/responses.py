@@ -12,7 +12,8 @@ from starlette.responses import JSONResponse, Response
 from services.gateway import errors, objects
 from services.gateway.chat.items import render
 from services.gateway.chat.requests import turn_request
-from services.gateway.chat.turn import RESULTS, prepare, response_object
+from services.gateway.chat.response import response_object
+from services.gateway.chat.turn import RESULTS, prepare
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.params import json_body, paging
 from services.gateway.routes import services
@@ -43,7 +44,10 @@ async def create_response(request: Request) -> Response:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
-    asked = turn_request(body, deps.chat.settings.model if deps.chat else "")
+    settings = deps.chat.settings if deps.chat else None
+    asked = turn_request(
+        body, settings.model if settings else "", settings is None or settings.tools
+    )
     chat = upstream(deps)
     config = deps.config
     turn = await prepare(
@@ -80,6 +84,7 @@ def stored_response(record: store_pb2.ResponseRecord, include: list[str]) -> dic
         usage=json.loads(record.usage_json or "{}") or None,
         error=problem if record.status == "failed" else None,
         incomplete=problem if record.status == "incomplete" else None,
+        completed_at=record.completed_at or None,
     )
 
 
