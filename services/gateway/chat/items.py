@@ -37,6 +37,8 @@ class ChatItem:
     role: str = ""
     status: str = "completed"
     body: dict[str, Any] = field(default_factory=dict)
+    # The id a response's output was streamed under (kept by the store); "" for new items.
+    id: str = ""
 
     @property
     def text(self) -> str:
@@ -49,6 +51,7 @@ class ChatItem:
             status=self.status,
             body_json=json.dumps(self.body),
             text=self.text,
+            id=self.id,
         )
 
 

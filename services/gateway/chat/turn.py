@@ -289,10 +289,10 @@ class Turn:
         if wanted["type"] == "json_object":
             body["response_format"] = {"type": "json_object"}
         elif wanted["type"] == "json_schema":
-            schema = {key: wanted[key] for key in ("name", "schema", "strict", "description")}
+            fields = ("name", "schema", "strict", "description")
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {k: v for k, v in schema.items() if v is not None},
+                "json_schema": {key: wanted[key] for key in fields if key in wanted},
             }
         if request.text.get("verbosity"):
             body["verbosity"] = request.text["verbosity"]
@@ -572,7 +572,9 @@ class Turn:
         if item["type"] == "file_search_call":
             # Stored with its results, whether or not this response showed them.
             body = {"queries": item["queries"], "results": self.results.get(item["id"])}
-        return ChatItem(item["type"], str(item.get("role") or ""), item["status"], body)
+        return ChatItem(
+            item["type"], str(item.get("role") or ""), item["status"], body, id=item["id"]
+        )
 
 
 def _logprob(entry: dict[str, Any]) -> dict[str, Any]:
