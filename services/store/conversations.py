@@ -163,9 +163,10 @@ def insert_items(
     for offset, item in enumerate(items):
         prefix = _ITEM_PREFIXES.get(item.type, "item_")
         public_id = item.id if _ITEM_ID.fullmatch(item.id) else ""
-        if public_id and conn.execute(
-            "SELECT 1 FROM items WHERE public_id = ?", (public_id,)
-        ).fetchone():
+        if (
+            public_id
+            and conn.execute("SELECT 1 FROM items WHERE public_id = ?", (public_id,)).fetchone()
+        ):
             public_id = ""
         conn.execute(
             "INSERT INTO items (public_id, conversation_id, position, response_id, response_role,"
