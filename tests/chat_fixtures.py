@@ -44,14 +44,14 @@ OTHER = "Granite countertops are polished with diamond pads of increasing grit."
 
 def chat_stack(tmp: Path, upstream: str, max_reply: int, **env: str) -> Iterator[Stack]:
     """A stack whose chat upstream is `upstream`, with replies of `max_reply` tokens."""
-    yield from started_stack(
-        tmp,
-        RAGD_CHAT_BASE_URL=upstream,
-        RAGD_CHAT_MODEL="smollm2",
-        RAGD_CHAT_CONTEXT_TOKENS=str(CHAT_CONTEXT),
-        RAGD_CHAT_MAX_OUTPUT_TOKENS=str(max_reply),
+    settings = {
+        "RAGD_CHAT_BASE_URL": upstream,
+        "RAGD_CHAT_MODEL": "smollm2",
+        "RAGD_CHAT_CONTEXT_TOKENS": str(CHAT_CONTEXT),
+        "RAGD_CHAT_MAX_OUTPUT_TOKENS": str(max_reply),
         **env,
-    )
+    }
+    yield from started_stack(tmp, 1, **settings)
 
 
 def facts_store(sdk: openai.OpenAI) -> str:

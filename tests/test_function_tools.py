@@ -20,7 +20,7 @@ from services.launcher import Stack
 from tests.chat_fixtures import chat_stack, chat_upstream, facts_store
 
 MAX_REPLY = 24
-WEATHER: dict[str, Any] = {
+WEATHER: Any = {
     "type": "function",
     "name": "get_weather",
     "description": "The weather in a city",
@@ -58,7 +58,7 @@ def vector_store(sdk: openai.OpenAI) -> str:
     return facts_store(sdk)
 
 
-def output_of(call: Any, text: str) -> dict[str, Any]:
+def output_of(call: Any, text: str) -> Any:
     return {"type": "function_call_output", "call_id": call.call_id, "output": text}
 
 
@@ -73,7 +73,7 @@ def test_a_function_call_round_trip_with_previous_response_id(sdk: openai.OpenAI
     assert first.status == "completed"
     [call] = first.output
     assert call.type == "function_call"
-    assert call.id.startswith("fc_") and call.call_id and call.status == "completed"
+    assert str(call.id).startswith("fc_") and call.call_id and call.status == "completed"
     assert call.name == "get_weather"
     assert isinstance(json.loads(call.arguments)["city"], str)
     assert first.tools[0].type == "function" and first.tool_choice.type == "function"  # type: ignore[union-attr]
@@ -102,7 +102,7 @@ def test_a_streamed_function_call_round_trip_in_a_conversation(
     sdk: openai.OpenAI, http: httpx.Client
 ) -> None:
     conversation = sdk.conversations.create()
-    with sdk.responses.create(
+    stream: Any = sdk.responses.create(
         model="smollm2",
         input="What is the weather in Oslo?",
         conversation=conversation.id,
@@ -110,7 +110,8 @@ def test_a_streamed_function_call_round_trip_in_a_conversation(
         tool_choice=FORCE_WEATHER,
         temperature=0,
         stream=True,
-    ) as stream:
+    )
+    with stream:
         events: list[Any] = list(stream)
     kinds = [event.type for event in events]
     assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"]
@@ -129,14 +130,15 @@ def test_a_streamed_function_call_round_trip_in_a_conversation(
     json.loads(deltas)
     final = events[-1].response
     assert [item.type for item in final.output] == ["function_call"]
-    with sdk.responses.create(
+    stream = sdk.responses.create(
         model="smollm2",
         input=[output_of(done, "Snow, -3 degrees.")],
         conversation=conversation.id,
         tools=[WEATHER],
         temperature=0,
         stream=True,
-    ) as stream:
+    )
+    with stream:
         answer: list[Any] = list(stream)
     assert answer[-1].type in ("response.completed", "response.incomplete")
     text = answer[-1].response.output_text
@@ -180,14 +182,15 @@ def test_the_model_drives_file_search(sdk: openai.OpenAI, vector_store: str) -> 
 
 
 def test_a_streamed_model_driven_search(sdk: openai.OpenAI, vector_store: str) -> None:
-    with sdk.responses.create(
+    stream: Any = sdk.responses.create(
         model="smollm2",
         input=QUESTION,
         tools=[{"type": "file_search", "vector_store_ids": [vector_store]}],
         tool_choice="required",
         temperature=0,
         stream=True,
-    ) as stream:
+    )
+    with stream:
         kinds = [event.type for event in stream]
     assert kinds[2:7] == [
         "response.output_item.added",

@@ -126,8 +126,9 @@ class Turn:
     incomplete: dict[str, Any] | None = None
     recorded: bool = False
     failure: errors.ApiError | None = None
-    # Set by whoever stops a background turn: it ends as cancelled.
-    cancelled: bool = False
+    # Why a background turn was stopped: "cancelled", or "shutdown" (the gateway stops: it
+    # ends as failed); "" for a turn whose client went away.
+    stop: str = ""
     # Every passage the model read in this turn, numbered for citations.
     passages: list[Passage] = field(default_factory=list)
     # file_search results by item id: stored whether or not the response shows them.
@@ -138,6 +139,8 @@ class Turn:
     def __post_init__(self) -> None:
         self.messages = list(self.prompt.messages)
         self.passages = list(self.prompt.passages)
+        if self.request.background:
+            self.status = "queued"
 
     def _event(self, kind: str, **fields: Any) -> Event:
         self.sequence += 1
@@ -168,6 +171,9 @@ class Turn:
         `failure` for a caller that does not stream."""
         try:
             yield self._event("response.created", response=self.response())
+            if self.status == "queued":
+                yield self._event("response.queued", response=self.response())
+                self.status = "in_progress"
             yield self._event("response.in_progress", response=self.response())
             for event in self._search_events():
                 yield event
@@ -189,11 +195,17 @@ class Turn:
             )
             yield self._event("response.failed", response=self.response())
         finally:
-            if not self.recorded and self.status == "in_progress":
-                # The client went away mid-reply (or a background turn was cancelled): keep
-                # what it received, as incomplete (cancelled).
-                if self.cancelled:
+            if not self.recorded and self.status in ("queued", "in_progress"):
+                # The client went away mid-reply, or a background turn was stopped: keep what
+                # was made, as incomplete (cancelled; failed at shutdown).
+                if self.stop == "cancelled":
                     self.status = "cancelled"
+                elif self.stop == "shutdown":
+                    self.status = "failed"
+                    self.error = {
+                        "code": "server_error",
+                        "message": "the gateway stopped during this turn; send it again",
+                    }
                 else:
                     self.status = "incomplete"
                     self.incomplete = {"reason": "client_disconnected"}
@@ -551,7 +563,10 @@ class Turn:
             self.recorded = True
             return
         self.recorded = True
-        request = store_pb2.RecordResponseRequest(
+        await record(self.store, self.record_request())
+
+    def record_request(self) -> store_pb2.RecordResponseRequest:
+        return store_pb2.RecordResponseRequest(
             id=self.id,
             created_at=self.created_at,
             completed_at=time.time(),
@@ -565,7 +580,6 @@ class Turn:
             inputs=[item.message() for item in self.request.inputs],
             outputs=[self._stored(item).message() for item in self.outputs],
         )
-        await record(self.store, request)
 
     def _stored(self, item: dict[str, Any]) -> ChatItem:
         body = {key: value for key, value in item.items() if key not in HEAD}
