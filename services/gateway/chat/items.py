@@ -185,10 +185,17 @@ def stored(item: store_pb2.ConversationItem) -> ChatItem:
 def chat_messages(items: Sequence[ChatItem]) -> list[dict[str, Any]]:
     """What a chat-completions model reads of the items: messages with their text, the
     model's function calls as an assistant message's tool_calls and their results as tool
-    messages. Items with no text for the model (file_search calls, reasoning) are left out.
+    messages. Items with no text for the model (file_search calls, reasoning) are left out,
+    and so are calls without their result and results without their call (a conversation
+    may hold either: a call the user moved on from, a result recorded through chat
+    completions, or history cut at its 500 items).
     """
+    calls = {_call_id(item) for item in items if item.type == "function_call"}
+    answered = {_call_id(item) for item in items if item.type == "function_call_output"}
     messages: list[dict[str, Any]] = []
     for item in items:
+        if item.type in _CALL_FIELDS and _call_id(item) not in calls & answered:
+            continue  # a call left unanswered, or a result of no call: an upstream refuses it
         text = item.text.strip()
         if item.type == "message" and text:
             role = "system" if item.role == "developer" else item.role
@@ -213,26 +220,29 @@ def chat_messages(items: Sequence[ChatItem]) -> list[dict[str, Any]]:
     return messages
 
 
-def check_calls(items: Sequence[ChatItem]) -> None:
-    """Every function result answers a call before it, and every call has its result before
-    the model runs again (an upstream refuses either, as OpenAI does)."""
-    open_calls: dict[str, str] = {}
-    for item in items:
-        call_id = str(item.body.get("call_id", ""))
-        if item.type == "function_call":
-            open_calls[call_id] = str(item.body.get("name", ""))
-        elif item.type == "function_call_output":
-            if call_id not in open_calls:
+def check_calls(history: Sequence[ChatItem], inputs: Sequence[ChatItem]) -> None:
+    """The input's function results answer calls (of the history or the input), and the
+    input's calls have their results, as OpenAI requires (an upstream refuses either)."""
+    calls = {_call_id(item): item for item in [*history, *inputs] if item.type == "function_call"}
+    answered = set()
+    for item in inputs:
+        if item.type == "function_call_output":
+            call_id = _call_id(item)
+            if call_id not in calls:
                 raise invalid(
                     f"no function call found for the function_call_output of call_id "
                     f"{call_id[:80]!r}",
                     param="input",
                 )
-            del open_calls[call_id]
-    if open_calls:
-        call_id = next(iter(open_calls))
-        raise invalid(
-            f"no output found for the function call {call_id[:80]!r} "
-            f"({open_calls[call_id][:64]}): send a function_call_output item for it",
-            param="input",
-        )
+            answered.add(call_id)
+    for item in inputs:
+        if item.type == "function_call" and _call_id(item) not in answered:
+            raise invalid(
+                f"no output found for the function call {_call_id(item)[:80]!r} "
+                f"({str(item.body.get('name', ''))[:64]}): send its function_call_output",
+                param="input",
+            )
+
+
+def _call_id(item: ChatItem) -> str:
+    return str(item.body.get("call_id", ""))

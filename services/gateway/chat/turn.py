@@ -623,7 +623,7 @@ async def prepare(
             )
         )
         history = [stored(item) for item in reply.items]
-    check_calls([*history, *request.inputs])
+    check_calls(history, request.inputs)
     searches = request.tools.searches
     hosted = bool(searches) and upstream.settings.tools and request.tools.choice.mode != "none"
     passages: list[Passage] = []
