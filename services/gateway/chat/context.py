@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.gateway.chat.items import ChatItem, chat_messages
+from services.gateway.chat.items import ChatItem, chat_messages, paired
 from services.gateway.errors import InvalidRequest
 
 CHARS_PER_TOKEN = 3.5
@@ -117,10 +117,11 @@ def build(
         read.pop()
     if read:
         head.append(sources_message(read))
-    current = chat_messages(inputs)
+    pairs = paired([*history, *inputs])
+    current = chat_messages(inputs, pairs)
     if not current:
         raise InvalidRequest("'input' holds no text for the model to answer", param="input")
-    past = chat_messages(history)
+    past = chat_messages(history, pairs)
     fixed = estimate(head) + estimate(current)
     dropped = 0
     while past and fixed + estimate(past) > budget and truncation == "auto":

@@ -182,19 +182,25 @@ def stored(item: store_pb2.ConversationItem) -> ChatItem:
     return ChatItem(item.type, item.role, item.status, json.loads(item.body_json or "{}"))
 
 
-def chat_messages(items: Sequence[ChatItem]) -> list[dict[str, Any]]:
+def paired(items: Sequence[ChatItem]) -> set[str]:
+    """The call ids with both their function_call and its function_call_output in `items`."""
+    calls = {_call_id(item) for item in items if item.type == "function_call"}
+    return calls & {_call_id(item) for item in items if item.type == "function_call_output"}
+
+
+def chat_messages(items: Sequence[ChatItem], pairs: set[str] | None = None) -> list[dict[str, Any]]:
     """What a chat-completions model reads of the items: messages with their text, the
     model's function calls as an assistant message's tool_calls and their results as tool
     messages. Items with no text for the model (file_search calls, reasoning) are left out,
     and so are calls without their result and results without their call (a conversation
     may hold either: a call the user moved on from, a result recorded through chat
-    completions, or history cut at its 500 items).
+    completions, or history cut at its 500 items). `pairs`: the call ids that have both,
+    when `items` are a part of what the model reads (`paired` of the whole).
     """
-    calls = {_call_id(item) for item in items if item.type == "function_call"}
-    answered = {_call_id(item) for item in items if item.type == "function_call_output"}
+    whole = paired(items) if pairs is None else pairs
     messages: list[dict[str, Any]] = []
     for item in items:
-        if item.type in _CALL_FIELDS and _call_id(item) not in calls & answered:
+        if item.type in _CALL_FIELDS and _call_id(item) not in whole:
             continue  # a call left unanswered, or a result of no call: an upstream refuses it
         text = item.text.strip()
         if item.type == "message" and text:

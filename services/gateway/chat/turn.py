@@ -12,7 +12,7 @@ A turn is one or more rounds with the upstream. The model's text becomes a messa
 calls of the client's functions become function_call items and end the turn (the client
 runs them and sends their output in its next request); its calls of file_search are run
 here, shown as file_search_call items, and handed back to it in another round, up to
-`max_tool_calls` and MAX_SEARCH_ROUNDS.
+`max_tool_calls` and MAX_SEARCHES.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 
 RESULTS = "file_search_call.results"
 LOGPROBS = "message.output_text.logprobs"
-# Rounds of file_search in one turn at most, whatever max_tool_calls allows.
-MAX_SEARCH_ROUNDS = 4
+# file_search calls in one turn at most, whatever max_tool_calls allows.
+MAX_SEARCHES = 4
 
 Event = dict[str, Any]
 
@@ -255,7 +255,7 @@ class Turn:
 
     async def _rounds(self, stream: bool) -> AsyncGenerator[Event]:
         tools = self.request.tools
-        limit = min(MAX_SEARCH_ROUNDS, tools.max_calls or MAX_SEARCH_ROUNDS)
+        limit = min(MAX_SEARCHES, tools.max_calls or MAX_SEARCHES)
         searches, first = 0, True
         while True:
             offered = tools.offered(self.hosted and searches < limit)
