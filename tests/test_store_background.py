@@ -98,6 +98,13 @@ def test_a_lease_that_runs_out_leaves_a_failed_response(repo: Repository, clock:
     assert repo.expire_responses() == 0
 
 
+def test_deleting_a_background_response_under_way_drops_it(repo: Repository) -> None:
+    repo.start_response(started("resp_background6", status="in_progress"), lease=30)
+    repo.delete_response("resp_background6")
+    with pytest.raises(ResponseNotFound):
+        repo.renew_response("resp_background6", "", 30)
+
+
 def test_bad_starts_are_refused(repo: Repository) -> None:
     with pytest.raises(InvalidArgument):
         repo.start_response(started("resp_background5", status="completed"), lease=30)

@@ -299,8 +299,16 @@ def _finish_pending(
 
 
 def delete(conn: apsw.Connection, response_id: str) -> None:
-    """The response and its items, except those a conversation holds (they stay there)."""
+    """The response and its items, except those a conversation holds (they stay there); a
+    background response under way is dropped (its gateway stops at its next renewal)."""
     with atomic(conn):
+        dropped = (
+            conn.execute("DELETE FROM pending_responses WHERE public_id = ?", (response_id,))
+            .getconnection()
+            .changes()
+        )
+        if dropped:
+            return
         key, _ = _lookup(conn, response_id)
         conn.execute("DELETE FROM items WHERE response_id = ? AND conversation_id IS NULL", (key,))
         conn.execute(

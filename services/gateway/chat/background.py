@@ -95,6 +95,9 @@ class BackgroundRuns:
                         id=run.turn.id, lease_seconds=self._lease, status="in_progress"
                     )
                 )
+            except errors.NotFound:
+                self._stop(run, "deleted")
+                return
             except errors.ApiError as error:
                 # The store is away: try again; the lease has room for a missed renewal.
                 log.warning("could not renew %s: %s", run.turn.id, error.message)

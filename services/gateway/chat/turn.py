@@ -126,8 +126,8 @@ class Turn:
     incomplete: dict[str, Any] | None = None
     recorded: bool = False
     failure: errors.ApiError | None = None
-    # Why a background turn was stopped: "cancelled", or "shutdown" (the gateway stops: it
-    # ends as failed); "" for a turn whose client went away.
+    # Why a background turn was stopped: "cancelled", "deleted" (nothing is recorded), or
+    # "shutdown" (the gateway stops: it ends as failed); "" for a turn whose client went away.
     stop: str = ""
     # Every passage the model read in this turn, numbered for citations.
     passages: list[Passage] = field(default_factory=list)
@@ -195,6 +195,8 @@ class Turn:
             )
             yield self._event("response.failed", response=self.response())
         finally:
+            if self.stop == "deleted":
+                self.recorded = True
             if not self.recorded and self.status in ("queued", "in_progress"):
                 # The client went away mid-reply, or a background turn was stopped: keep what
                 # was made, as incomplete (cancelled; failed at shutdown).
