@@ -302,12 +302,8 @@ def delete(conn: apsw.Connection, response_id: str) -> None:
     """The response and its items, except those a conversation holds (they stay there); a
     background response under way is dropped (its gateway stops at its next renewal)."""
     with atomic(conn):
-        dropped = (
-            conn.execute("DELETE FROM pending_responses WHERE public_id = ?", (response_id,))
-            .getconnection()
-            .changes()
-        )
-        if dropped:
+        conn.execute("DELETE FROM pending_responses WHERE public_id = ?", (response_id,))
+        if conn.changes():
             return
         key, _ = _lookup(conn, response_id)
         conn.execute("DELETE FROM items WHERE response_id = ? AND conversation_id IS NULL", (key,))
