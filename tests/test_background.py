@@ -112,7 +112,7 @@ def test_a_streamed_background_response_outlives_its_client_and_resumes(
 
 def test_a_background_response_is_cancelled(sdk: openai.OpenAI, stack: Stack) -> None:
     started = sdk.responses.create(
-        model="smollm2", input=LONG, background=True, max_output_tokens=400
+        model="smollm2", input=LONG, background=True, max_output_tokens=400, temperature=0
     )
     time.sleep(0.5)
     cancelled = sdk.responses.cancel(started.id)
@@ -138,12 +138,12 @@ def test_a_gateway_killed_mid_turn_leaves_the_response_failed(
     finished = sdk.responses.create(model="smollm2", input="Say yes.", background=True)
     finished = until_done(sdk, finished.id)
     started = sdk.responses.create(
-        model="smollm2", input=LONG, background=True, max_output_tokens=400
+        model="smollm2", input=LONG, background=True, max_output_tokens=400, temperature=0
     )
     deadline = time.monotonic() + 30
-    while sdk.responses.retrieve(started.id).status != "in_progress":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    while (status := sdk.responses.retrieve(started.id).status) != "in_progress":
+        assert status == "queued" and time.monotonic() < deadline, status
+        time.sleep(0.05)
     stack.children["gateway"].kill()  # SIGKILL: nothing gets to record the turn
     stack.start_service("gateway")
     with httpx.Client(base_url=stack.gateway_url, timeout=30) as http:

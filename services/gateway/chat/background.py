@@ -86,9 +86,13 @@ class BackgroundRuns:
             run.changed.notify_all()
 
     async def _renew(self, run: Run) -> None:
-        """Holds the lease while the turn runs; stops the turn if it was cancelled."""
+        """Holds the lease while the turn runs (the first renewal, at once, says it is in
+        progress); stops the turn if it was cancelled or deleted."""
+        first = True
         while True:
-            await asyncio.sleep(self._lease / 3)
+            if not first:
+                await asyncio.sleep(self._lease / 3)
+            first = False
             try:
                 reply = await self._store.RenewResponse(
                     store_pb2.RenewResponseRequest(
