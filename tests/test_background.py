@@ -114,7 +114,7 @@ def test_a_background_response_is_cancelled(sdk: openai.OpenAI, stack: Stack) ->
     started = sdk.responses.create(
         model="smollm2", input=LONG, background=True, max_output_tokens=400, temperature=0
     )
-    time.sleep(0.5)
+    # At once: the model may not take long over it.
     cancelled = sdk.responses.cancel(started.id)
     assert cancelled.status == "cancelled"
     assert sdk.responses.retrieve(started.id).status == "cancelled"
