@@ -24,7 +24,8 @@ from typing import Any
 
 from services.gateway import errors
 from services.gateway.chat import record
-from services.gateway.chat.turn import Event, Turn
+from services.gateway.chat.outputs import Event
+from services.gateway.chat.turn import Turn
 from services.gateway.clients import Store
 from services.pb import store_pb2
 

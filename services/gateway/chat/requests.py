@@ -8,8 +8,9 @@ import re
 from typing import Any
 
 from services.gateway.chat.items import parse_items
+from services.gateway.chat.outputs import RESULTS
 from services.gateway.chat.tools import parse as parse_tools
-from services.gateway.chat.turn import LOGPROBS, RESULTS, TurnRequest
+from services.gateway.chat.turn import LOGPROBS, TurnRequest
 from services.gateway.errors import invalid
 from services.gateway.params import (
     check_text,

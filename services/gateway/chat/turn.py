@@ -27,29 +27,26 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.vocabulary import DEFAULT_SEARCH_MODE
 from services.gateway import errors
-from services.gateway.attributes import attributes_python
 from services.gateway.chat import context
 from services.gateway.chat.context import Passage
-from services.gateway.chat.items import HEAD, ChatItem, check_calls, stored
+from services.gateway.chat.items import ChatItem, check_calls, stored
+from services.gateway.chat.outputs import Call, Event, Outputs, Round
 from services.gateway.chat.record import in_background, record, usage
 from services.gateway.chat.response import response_object, settings
-from services.gateway.chat.tools import FILE_SEARCH, FileSearchTool, Tools, search_queries
+from services.gateway.chat.retrieval import file_search, question, user_query
+from services.gateway.chat.tools import FILE_SEARCH, Tools, search_queries
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
 from services.gateway.embedders import Embedders
-from services.gateway.search import Deadlines, Search, search_many
+from services.gateway.search import Deadlines
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
 
-RESULTS = "file_search_call.results"
 LOGPROBS = "message.output_text.logprobs"
 # file_search calls in one turn at most, whatever max_tool_calls allows.
 MAX_SEARCHES = 4
-
-Event = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -78,31 +75,6 @@ class TurnRequest:
 
 
 @dataclass
-class _Call:
-    """A tool call the model is making in this round."""
-
-    call_id: str
-    name: str
-    hosted: bool
-    arguments: str = ""
-    # The function_call output item (a call of the client's function).
-    item: dict[str, Any] | None = None
-    index: int = -1
-
-
-@dataclass
-class _Round:
-    """What one upstream reply is making: at most one open message, and tool calls."""
-
-    message: dict[str, Any] | None = None
-    index: int = -1
-    finish: str = ""
-    reasoning: str = ""
-    wrote: bool = False
-    calls: dict[int, _Call] = field(default_factory=dict)
-
-
-@dataclass
 class Turn:
     """A prepared turn: its id, the prompt, the file_search call already made (when the
     upstream does not call tools)."""
@@ -118,8 +90,7 @@ class Turn:
     # The model drives file_search (the upstream calls tools).
     hosted: bool = False
     searched: ChatItem | None = None
-    sequence: int = 0
-    outputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: Outputs = field(init=False)
     usage: dict[str, Any] = field(default_factory=dict)
     status: str = "in_progress"
     error: dict[str, Any] | None = None
@@ -131,24 +102,14 @@ class Turn:
     stop: str = ""
     # Every passage the model read in this turn, numbered for citations.
     passages: list[Passage] = field(default_factory=list)
-    # file_search results by item id: stored whether or not the response shows them.
-    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     messages: list[dict[str, Any]] = field(default_factory=list)
-    search_id: str = field(default_factory=lambda: "fs_" + secrets.token_hex(16))
 
     def __post_init__(self) -> None:
         self.messages = list(self.prompt.messages)
         self.passages = list(self.prompt.passages)
+        self.outputs = Outputs(self.request.include, FILE_SEARCH if self.hosted else "")
         if self.request.background:
             self.status = "queued"
-
-    def _event(self, kind: str, **fields: Any) -> Event:
-        self.sequence += 1
-        return {"type": kind, "sequence_number": self.sequence - 1, **fields}
-
-    def _part_event(self, kind: str, item: dict[str, Any], index: int, **fields: Any) -> Event:
-        """An event about the message's one content part (its text)."""
-        return self._event(kind, item_id=item["id"], output_index=index, content_index=0, **fields)
 
     def response(self) -> dict[str, Any]:
         return response_object(
@@ -159,7 +120,7 @@ class Turn:
             settings=settings(self.request, self.prompt.dropped_items),
             previous_response_id=self.request.previous_response_id,
             conversation_id=self.request.conversation_id,
-            outputs=self.outputs,
+            outputs=self.outputs.items,
             usage=self.usage or None,
             error=self.error,
             incomplete=self.incomplete,
@@ -170,11 +131,11 @@ class Turn:
         of the upstream ends the stream with `error` and `response.failed`, and is kept in
         `failure` for a caller that does not stream."""
         try:
-            yield self._event("response.created", response=self.response())
+            yield self.outputs.event("response.created", response=self.response())
             if self.status == "queued":
-                yield self._event("response.queued", response=self.response())
+                yield self.outputs.event("response.queued", response=self.response())
                 self.status = "in_progress"
-            yield self._event("response.in_progress", response=self.response())
+            yield self.outputs.event("response.in_progress", response=self.response())
             for event in self._search_events():
                 yield event
             async with contextlib.aclosing(self._rounds(stream)) as rounds:
@@ -182,18 +143,18 @@ class Turn:
                     yield event
             final = "response.completed" if self.status == "completed" else "response.incomplete"
             await self._record()
-            yield self._event(final, response=self.response())
+            yield self.outputs.event(final, response=self.response())
         except errors.ApiError as error:
             self.failure = error
             self.status = "failed"
             self.error = {"code": error.code or "server_error", "message": error.message}
             # A reply cut off by a failure is not kept: the input and the failure are.
-            self.outputs = [item for item in self.outputs if item["type"] != "message"]
+            self.outputs.items = [item for item in self.outputs.items if item["type"] != "message"]
             await self._record()
-            yield self._event(
+            yield self.outputs.event(
                 "error", code=self.error["code"], message=error.message, param=error.param
             )
-            yield self._event("response.failed", response=self.response())
+            yield self.outputs.event("response.failed", response=self.response())
         finally:
             if self.stop == "deleted":
                 self.recorded = True
@@ -211,9 +172,7 @@ class Turn:
                 else:
                     self.status = "incomplete"
                     self.incomplete = {"reason": "client_disconnected"}
-                for item in self.outputs:
-                    if item["status"] in ("in_progress", "searching"):
-                        item["status"] = "incomplete"
+                self.outputs.interrupted()
                 in_background(self._record())
 
     def _search_events(self) -> Iterator[Event]:
@@ -221,39 +180,9 @@ class Turn:
         if self.searched is None:
             return
         body = self.searched.body
-        item = self._search_item(self.search_id, body["queries"])
-        self.results[self.search_id] = body["results"]
-        yield from self._search_started(item)
-        yield from self._search_done(item)
-
-    def _search_item(self, item_id: str, queries: list[str]) -> dict[str, Any]:
-        item = {
-            "id": item_id,
-            "type": "file_search_call",
-            "status": "in_progress",
-            "queries": queries,
-            "results": None,
-        }
-        self.outputs.append(item)
-        return item
-
-    def _search_started(self, item: dict[str, Any]) -> Iterator[Event]:
-        index = self.outputs.index(item)
-        yield self._event("response.output_item.added", output_index=index, item=dict(item))
-        for phase in ("in_progress", "searching"):
-            yield self._event(
-                f"response.file_search_call.{phase}", output_index=index, item_id=item["id"]
-            )
-
-    def _search_done(self, item: dict[str, Any]) -> Iterator[Event]:
-        index = self.outputs.index(item)
-        item["status"] = "completed"
-        if RESULTS in self.request.include:
-            item["results"] = self.results[item["id"]]
-        yield self._event(
-            "response.file_search_call.completed", output_index=index, item_id=item["id"]
-        )
-        yield self._event("response.output_item.done", output_index=index, item=dict(item))
+        item = self.outputs.search(body["queries"])
+        yield from self.outputs.search_started(item)
+        yield from self.outputs.search_done(item, body["results"])
 
     async def _rounds(self, stream: bool) -> AsyncGenerator[Event]:
         tools = self.request.tools
@@ -264,7 +193,7 @@ class Turn:
             if not self.upstream.settings.tools:
                 offered = []
             body = self._body(offered, tools.upstream_choice(first) if offered else None)
-            current = _Round()
+            current = Round()
             async with contextlib.aclosing(self._round(body, stream, current)) as round_events:
                 async for event in round_events:
                     yield event
@@ -281,7 +210,7 @@ class Turn:
                 if cut:
                     self.incomplete = {"reason": "max_output_tokens"}
                 if not current.wrote and not cut:
-                    for event in self._empty_answer(current):
+                    for event in self.outputs.empty_answer(current):
                         yield event
                 return
             first = False
@@ -321,7 +250,7 @@ class Turn:
         return body
 
     async def _round(
-        self, body: dict[str, Any], stream: bool, current: _Round
+        self, body: dict[str, Any], stream: bool, current: Round
     ) -> AsyncGenerator[Event]:
         """One upstream reply, streamed or whole, as output items and their events."""
         chunks = self.upstream.stream(body) if stream else self._whole(body)
@@ -338,14 +267,19 @@ class Turn:
                     piece = str(delta.get("content") or "")
                     logprobs = (choice.get("logprobs") or {}).get("content") or []
                     if piece or logprobs:
-                        for event in self._text(current, piece, logprobs):
+                        for event in self.outputs.text(current, piece, logprobs):
                             yield event
                     for call in delta.get("tool_calls") or []:
                         if isinstance(call, dict):
-                            for event in self._call_delta(current, call):
+                            cited = self._cited()
+                            for event in self.outputs.call_delta(current, call, *cited):
                                 yield event
-        for event in self._close(current):
+        for event in self.outputs.close(current, *self._cited()):
             yield event
+
+    def _cited(self) -> tuple[list[Passage], str]:
+        """What citations are matched against: the passages read, and the question."""
+        return self.passages, question(self.request.inputs) if self.passages else ""
 
     async def _whole(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any]]:
         """A whole completion as one chunk of a stream (one path for both)."""
@@ -382,138 +316,7 @@ class Turn:
         ):
             self.usage[details][name] += added[details][name]
 
-    def _text(self, current: _Round, piece: str, logprobs: list[Any]) -> Iterator[Event]:
-        if current.message is None:
-            item: dict[str, Any] = {
-                "id": "msg_" + secrets.token_hex(16),
-                "type": "message",
-                "role": "assistant",
-                "status": "in_progress",
-                "content": [],
-            }
-            current.message, current.index, current.wrote = item, len(self.outputs), True
-            self.outputs.append(item)
-            yield self._event(
-                "response.output_item.added", output_index=current.index, item=dict(item)
-            )
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            item["content"].append(part)
-            yield self._part_event(
-                "response.content_part.added", item, current.index, part=dict(part)
-            )
-        item = current.message
-        part = item["content"][0]
-        part["text"] += piece
-        shown = [_logprob(entry) for entry in logprobs if isinstance(entry, dict)]
-        part["logprobs"] += shown
-        yield self._part_event(
-            "response.output_text.delta", item, current.index, delta=piece, logprobs=shown
-        )
-
-    def _close_message(self, current: _Round, status: str) -> Iterator[Event]:
-        item, index = current.message, current.index
-        if item is None:
-            return
-        current.message = None
-        part = item["content"][0]
-        text = part["text"]
-        question = _question(self.request.inputs) if self.passages else ""
-        part["annotations"] = context.citations(text, self.passages, question)
-        item["status"] = status
-        yield self._part_event(
-            "response.output_text.done", item, index, text=text, logprobs=part["logprobs"]
-        )
-        for number, annotation in enumerate(part["annotations"]):
-            yield self._part_event(
-                "response.output_text.annotation.added",
-                item,
-                index,
-                annotation_index=number,
-                annotation=annotation,
-            )
-        yield self._part_event("response.content_part.done", item, index, part=part)
-        yield self._event("response.output_item.done", output_index=index, item=item)
-
-    def _call_delta(self, current: _Round, delta: dict[str, Any]) -> Iterator[Event]:
-        position = delta.get("index", len(current.calls))
-        function = delta.get("function") or {}
-        call = current.calls.get(position)
-        if call is None:
-            yield from self._close_message(current, "completed")
-            name = str(function.get("name") or "")
-            call = _Call(
-                call_id=str(delta.get("id") or "call_" + secrets.token_hex(12)),
-                name=name,
-                hosted=self.hosted and name == FILE_SEARCH,
-            )
-            current.calls[position] = call
-            current.wrote = True
-            if not call.hosted:
-                call.item = {
-                    "id": "fc_" + secrets.token_hex(16),
-                    "type": "function_call",
-                    "status": "in_progress",
-                    "arguments": "",
-                    "call_id": call.call_id,
-                    "name": name,
-                }
-                call.index = len(self.outputs)
-                self.outputs.append(call.item)
-                yield self._event(
-                    "response.output_item.added", output_index=call.index, item=dict(call.item)
-                )
-        piece = str(function.get("arguments") or "")
-        if not piece:
-            return
-        call.arguments += piece
-        if call.item is not None:
-            call.item["arguments"] = call.arguments
-            yield self._event(
-                "response.function_call_arguments.delta",
-                item_id=call.item["id"],
-                output_index=call.index,
-                delta=piece,
-            )
-
-    def _close(self, current: _Round) -> Iterator[Event]:
-        """The round's items done: its message, the calls of the client's functions, and
-        the upstream's reasoning."""
-        status = "incomplete" if current.finish == "length" else "completed"
-        yield from self._close_message(current, status)
-        for call in current.calls.values():
-            if call.item is None:
-                continue
-            call.item["status"] = status
-            yield self._event(
-                "response.function_call_arguments.done",
-                item_id=call.item["id"],
-                output_index=call.index,
-                name=call.name,
-                arguments=call.arguments,
-            )
-            yield self._event("response.output_item.done", output_index=call.index, item=call.item)
-        if current.reasoning:
-            # Upstreams that think aloud send it apart from the answer (reasoning_content).
-            thought = {
-                "id": "rs_" + secrets.token_hex(16),
-                "type": "reasoning",
-                "summary": [],
-                "content": [{"type": "reasoning_text", "text": current.reasoning}],
-                "status": "completed",
-            }
-            index = len(self.outputs)
-            self.outputs.append(thought)
-            for kind in ("response.output_item.added", "response.output_item.done"):
-                yield self._event(kind, output_index=index, item=thought)
-
-    def _empty_answer(self, current: _Round) -> Iterator[Event]:
-        """A reply with neither text nor calls is still an (empty) assistant message."""
-        for event in self._text(current, "", []):
-            if event["type"] != "response.output_text.delta":
-                yield event
-        yield from self._close_message(current, "completed")
-
-    async def _run_searches(self, calls: Sequence[_Call]) -> AsyncGenerator[Event]:
+    async def _run_searches(self, calls: Sequence[Call]) -> AsyncGenerator[Event]:
         """The model's file_search calls run here; their results go back to it."""
         self.messages.append(
             {
@@ -528,11 +331,10 @@ class Turn:
                 ],
             }
         )
-        fallback = _question(self.request.inputs)
+        fallback = question(self.request.inputs)
         for call in calls:
-            item = self._search_item("fs_" + secrets.token_hex(16), [])
-            item["queries"] = search_queries(call.arguments, fallback)
-            for event in self._search_started(item):
+            item = self.outputs.search(search_queries(call.arguments, fallback))
+            for event in self.outputs.search_started(item):
                 yield event
             found = await file_search(
                 self.request.tools.searches,
@@ -542,12 +344,11 @@ class Turn:
                 self.deadlines,
                 first=len(self.passages) + 1,
             )
-            self.results[item["id"]] = [passage.result() for passage in found]
-            room = self._room()
-            message, read = context.search_result(call.call_id, found, room)
+            message, read = context.search_result(call.call_id, found, self._room())
             self.messages.append(message)
             self.passages += read
-            for event in self._search_done(item):
+            results = [passage.result() for passage in found]
+            for event in self.outputs.search_done(item, results):
                 yield event
 
     def _room(self) -> int:
@@ -580,31 +381,8 @@ class Turn:
             conversation_id=self.request.conversation_id,
             previous_response_id=self.request.previous_response_id,
             inputs=[item.message() for item in self.request.inputs],
-            outputs=[self._stored(item).message() for item in self.outputs],
+            outputs=[item.message() for item in self.outputs.stored()],
         )
-
-    def _stored(self, item: dict[str, Any]) -> ChatItem:
-        body = {key: value for key, value in item.items() if key not in HEAD}
-        if item["type"] == "file_search_call":
-            # Stored with its results, whether or not this response showed them.
-            body = {"queries": item["queries"], "results": self.results.get(item["id"])}
-        return ChatItem(
-            item["type"], str(item.get("role") or ""), item["status"], body, id=item["id"]
-        )
-
-
-def _logprob(entry: dict[str, Any]) -> dict[str, Any]:
-    """A chat completion's token logprob as the Responses API's."""
-    return {
-        "token": entry.get("token", ""),
-        "logprob": entry.get("logprob", 0.0),
-        "bytes": entry.get("bytes") or [],
-        "top_logprobs": [
-            {"token": t.get("token", ""), "logprob": t.get("logprob", 0.0), "bytes": t.get("bytes")}
-            for t in entry.get("top_logprobs") or []
-            if isinstance(t, dict)
-        ],
-    }
 
 
 async def prepare(
@@ -640,7 +418,7 @@ async def prepare(
             )
         )
     elif searches and request.tools.choice.mode != "none":
-        queries = [_query(request.inputs)]
+        queries = [user_query(request.inputs)]
         passages = await file_search(searches, queries, embedders, store, deadlines)
         searched = ChatItem(
             "file_search_call",
@@ -668,66 +446,3 @@ async def prepare(
         hosted=hosted,
         searched=searched,
     )
-
-
-def _question(inputs: Sequence[ChatItem]) -> str:
-    """The text of the last user message of the input ('' if it has none)."""
-    for item in reversed(inputs):
-        if item.type == "message" and item.role == "user" and item.text.strip():
-            return item.text.strip()[:4000]
-    return ""
-
-
-def _query(inputs: Sequence[ChatItem]) -> str:
-    """The search query when ragd searches before the model: the user's last message."""
-    question = _question(inputs)
-    if not question:
-        raise errors.InvalidRequest(
-            "file_search needs a user message in 'input' to search for", param="input"
-        )
-    return question
-
-
-async def file_search(
-    tools: Sequence[FileSearchTool],
-    queries: list[str],
-    embedders: Embedders,
-    store: Store,
-    deadlines: Deadlines,
-    first: int = 1,
-) -> list[Passage]:
-    """The best passages for the queries over the tools' vector stores, numbered from
-    `first`."""
-    asked = [
-        Search(
-            store_id,
-            queries,
-            tool.max_num_results,
-            DEFAULT_SEARCH_MODE,
-            tool.score_threshold,
-            tool.filter,
-        )
-        for tool in tools
-        for store_id in tool.vector_store_ids
-    ]
-    # One embedding of the queries per model for every store (lexical where it is down).
-    found = await search_many(embedders, store, asked, deadlines)
-    best_of: dict[tuple[str, str], Any] = {}
-    for result in found:
-        for hit in result.hits:
-            key = (hit.file_id, hit.text)
-            if key not in best_of or hit.score > best_of[key].score:
-                best_of[key] = hit
-    limit = max(tool.max_num_results for tool in tools)
-    best = sorted(best_of.values(), key=lambda hit: hit.score, reverse=True)[:limit]
-    return [
-        Passage(
-            n,
-            hit.file_id,
-            hit.filename,
-            hit.text,
-            round(float(hit.score), 6),
-            attributes_python(hit.attributes),
-        )
-        for n, hit in enumerate(best, start=first)
-    ]

@@ -13,9 +13,10 @@ from starlette.responses import JSONResponse, Response
 from services.gateway import errors, objects
 from services.gateway.chat.background import BackgroundRuns, replayed
 from services.gateway.chat.items import render
+from services.gateway.chat.outputs import RESULTS
 from services.gateway.chat.requests import turn_request
 from services.gateway.chat.response import response_object
-from services.gateway.chat.turn import RESULTS, prepare
+from services.gateway.chat.turn import prepare
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.params import json_body, paging
 from services.gateway.routes import services
