@@ -114,7 +114,7 @@ CMD ["python", "-m", "services.embedder"]
 
 FROM runtime AS chat
 COPY --from=chat-deps /opt/venv /opt/venv
-COPY services/__init__.py services/local_chat.py /app/services/
+COPY services/__init__.py services/local_chat.py services/local_chat_tools.py /app/services/
 ENV RAGD_CHAT_LISTEN=0.0.0.0:8080
 USER ragd
 EXPOSE 8080

@@ -79,6 +79,7 @@ run: setup
 
 # The stack with the packaged chat model (llama_cpp.server on SmolLM2-135M-Instruct, port
 # 8080) as its upstream: /v1/responses and `ragd chat` answer. Small, fast and often wrong.
+# It calls tools (chat format ragd-chatml-tools: services/local_chat_tools.py).
 .PHONY: run-chat
 run-chat: setup
 	RAGD_CHAT_LOCAL=1 $(PY) -m services.run

@@ -8,7 +8,10 @@ code from the passages the search returned), temperature 0 and the same reply le
 the upstream does the same work both ways; the variants alternate in every repeat (the
 server reuses a prompt's cached prefix, which then helps them alike).
 
-Target (issue 14): at most 5 ms added to a turn besides retrieval.
+Target (issue 14): at most 5 ms added to a turn besides retrieval. The stack of these rows
+searches with the user's words (RAGD_CHAT_TOOLS=off), so that the direct call can be given
+the same prompt; a second stack, calling tools, measures a function-call round trip
+(bench/chat_tools.py).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from bench import chat_tools
 from bench.context import Context, timed
 from bench.ingest import create_store
 from bench.processes import free_port, running_stack
@@ -142,17 +146,32 @@ def run(ctx: Context) -> None:
         with (
             timed(ctx, "chat upstream start"),
             local_chat.running(port, log, ctx.config.threads) as upstream,
-            running_stack(
-                ctx.run_dir / "chat-stack",
-                ctx.config.threads,
-                RAGD_CHAT_BASE_URL=upstream,
-                RAGD_CHAT_MODEL=MODEL,
-                RAGD_CHAT_CONTEXT_TOKENS=str(local_chat.CONTEXT_TOKENS),
-            ) as stack,
-            httpx.Client(base_url=stack.url, timeout=300.0) as http,
             httpx.Client(base_url=upstream, timeout=300.0) as direct,
         ):
-            _measure(ctx, http, direct, repeats)
+            settings = {
+                "RAGD_CHAT_BASE_URL": upstream,
+                "RAGD_CHAT_MODEL": MODEL,
+                "RAGD_CHAT_CONTEXT_TOKENS": str(local_chat.CONTEXT_TOKENS),
+            }
+            with (
+                running_stack(
+                    ctx.run_dir / "chat-stack",
+                    ctx.config.threads,
+                    None,
+                    None,
+                    **settings,
+                    RAGD_CHAT_TOOLS="off",
+                ) as stack,
+                httpx.Client(base_url=stack.url, timeout=300.0) as http,
+            ):
+                _measure(ctx, http, direct, repeats)
+            with (
+                running_stack(
+                    ctx.run_dir / "chat-tools-stack", ctx.config.threads, None, None, **settings
+                ) as stack,
+                httpx.Client(base_url=stack.url, timeout=300.0) as http,
+            ):
+                chat_tools.measure(ctx, http, direct, repeats)
     finally:
         log.close()
 

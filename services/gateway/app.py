@@ -15,6 +15,7 @@ from services.gateway import ingest_server
 from services.gateway.attach import Attacher
 from services.gateway.audit import AuditLog, AuditMiddleware
 from services.gateway.auth import ApiKeyMiddleware
+from services.gateway.chat.background import BackgroundRuns
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import EmbedderClient, open_channel, store_stub
 from services.gateway.config import GatewayConfig
@@ -108,6 +109,7 @@ ROUTES = [
     Route(RESP, responses.get_response, methods=["GET"]),
     Route(RESP, responses.delete_response, methods=["DELETE"]),
     Route(RESP + "/input_items", responses.list_input_items, methods=["GET"]),
+    Route(RESP + "/cancel", responses.cancel_response, methods=["POST"]),
     Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
 ]
 
@@ -183,6 +185,8 @@ def create_app(config: GatewayConfig) -> Starlette:
         )
         if deps.history is not None:
             deps.history.start()
+        if config.chat is not None:
+            deps.background = BackgroundRuns(store, config.chat.background_lease_seconds)
         grpc_server = None
         try:
             if config.ingest_listen.lower() != "off":
@@ -200,6 +204,8 @@ def create_app(config: GatewayConfig) -> Starlette:
             await key_usage.stop()
             if deps.history is not None:
                 await deps.history.stop()
+            if deps.background is not None:
+                await deps.background.stop()
             if deps.chat is not None:
                 await deps.chat.close()
             for _, channel in embedder_channels:

@@ -143,7 +143,13 @@ def _chat(env: Env) -> ChatSettings | None:
         timeout=env.float("CHAT_TIMEOUT", defaults.timeout),
         context_tokens=env.int("CHAT_CONTEXT_TOKENS", defaults.context_tokens, minimum=256),
         max_output_tokens=env.int("CHAT_MAX_OUTPUT_TOKENS", defaults.max_output_tokens, minimum=1),
+        tools=env.bool("CHAT_TOOLS", defaults.tools),
+        background_lease_seconds=env.float(
+            "CHAT_BACKGROUND_LEASE_SECONDS", defaults.background_lease_seconds
+        ),
     )
+    if not 1 <= settings.background_lease_seconds <= 3600:
+        raise ConfigError("RAGD_CHAT_BACKGROUND_LEASE_SECONDS must be 1 to 3600")
     if settings.timeout <= 0:
         raise ConfigError("RAGD_CHAT_TIMEOUT must be positive")
     if settings.max_output_tokens >= settings.context_tokens:

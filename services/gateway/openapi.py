@@ -248,13 +248,27 @@ OPERATIONS: dict[Endpoint, Operation] = {
         "Delete an item (returns the conversation)", "Conversation"
     ),
     responses.create_response: Operation(
-        "Create a model response (file_search over vector stores, history kept)",
+        "Create a model response (function tools, file_search over vector stores, structured "
+        "output, background runs; history kept)",
         "Response",
         "ResponseCreate",
         returns={"response_id": "/id"},
         events=True,
     ),
-    responses.get_response: Operation("Retrieve a response", "Response", query=[_INCLUDE]),
+    responses.get_response: Operation(
+        "Retrieve a response (stream=true: its events after starting_after)",
+        "Response",
+        query=[
+            _INCLUDE,
+            _query("stream", {"type": "boolean"}, "the response's events, followed to its end"),
+            _query(
+                "starting_after",
+                {"type": "integer", "minimum": 0},
+                "with stream: the sequence number after which events start",
+            ),
+        ],
+    ),
+    responses.cancel_response: Operation("Cancel a background response", "Response"),
     responses.delete_response: Operation("Delete a response", "ResponseDeleted"),
     responses.list_input_items: Operation(
         "List a response's input items",

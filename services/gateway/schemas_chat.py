@@ -4,7 +4,15 @@ with the limits the routes validate with."""
 from __future__ import annotations
 
 from services.common import vocabulary as v
-from services.gateway.chat.requests import INCLUDABLES, TOOL_CHOICES, TRUNCATIONS
+from services.gateway.chat.requests import (
+    EFFORTS,
+    INCLUDABLES,
+    MAX_TOP_LOGPROBS,
+    SUMMARIES,
+    TRUNCATIONS,
+    VERBOSITIES,
+)
+from services.gateway.chat.tools import TOOL_CHOICES
 from services.gateway.schemas import (
     BOOL,
     COUNT,
@@ -64,6 +72,44 @@ _FILE_SEARCH = obj(
     ),
 )
 
+_FUNCTION = obj(
+    ["type", "name"],
+    type={"const": "function"},
+    name={"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+    description=STRING,
+    parameters={"description": "a JSON Schema of the arguments", "type": "object"},
+    strict=BOOL,
+)
+_TOOL_CHOICE = {
+    "oneOf": [
+        {"enum": list(TOOL_CHOICES)},
+        obj(["type"], type={"const": "file_search"}),
+        obj(["type", "name"], type={"const": "function"}, name=STRING),
+        obj(
+            ["type", "mode", "tools"],
+            type={"const": "allowed_tools"},
+            mode={"enum": ["auto", "required"]},
+            tools={"type": "array", "items": {"type": "object"}},
+        ),
+    ]
+}
+_TEXT = obj(
+    format={
+        "oneOf": [
+            obj(["type"], type={"enum": ["text", "json_object"]}),
+            obj(
+                ["type", "name", "schema"],
+                type={"const": "json_schema"},
+                name={"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                schema={"type": "object"},
+                strict=BOOL,
+                description=STRING,
+            ),
+        ]
+    },
+    verbosity={"enum": list(VERBOSITIES)},
+)
+
 CHAT_SCHEMAS: dict[str, Schema] = {
     "ConversationCreate": obj(
         items={**_NEW_ITEMS, "minItems": 0},
@@ -102,6 +148,10 @@ CHAT_SCHEMAS: dict[str, Schema] = {
             "content": {"oneOf": [STRING, {"type": "array", "items": _PART}]},
             "queries": {"type": "array", "items": STRING},
             "results": nullable({"type": "array", "items": _RESULT}),
+            "call_id": STRING,
+            "name": STRING,
+            "arguments": {"description": "a function call's arguments, JSON", "type": "string"},
+            "output": {"description": "a function call's result", "type": ["string", "array"]},
         },
     },
     "ItemList": list_of("Item"),
@@ -154,8 +204,27 @@ CHAT_SCHEMAS: dict[str, Schema] = {
         previous_response_id=STRING,
         conversation={"oneOf": [STRING, obj(["id"], id=STRING)]},
         store={"description": "must stay true with a conversation", "type": "boolean"},
-        tools={"type": "array", "items": _FILE_SEARCH},
-        tool_choice={"oneOf": [{"enum": list(TOOL_CHOICES)}, obj(type={"const": "file_search"})]},
+        tools={
+            "description": "file_search runs in ragd; function tools go to the model, and its "
+            "calls come back as function_call items for the client to run",
+            "type": "array",
+            "items": {"oneOf": [_FILE_SEARCH, _FUNCTION]},
+        },
+        tool_choice=_TOOL_CHOICE,
+        parallel_tool_calls=BOOL,
+        max_tool_calls={"type": "integer", "minimum": 1, "maximum": 1000},
+        text=_TEXT,
+        reasoning=nullable(
+            obj(
+                effort=nullable({"enum": list(EFFORTS)}),
+                summary=nullable({"enum": list(SUMMARIES)}),
+            )
+        ),
+        top_logprobs={"type": "integer", "minimum": 0, "maximum": MAX_TOP_LOGPROBS},
+        user={"type": "string", "maxLength": 256},
+        safety_identifier={"type": "string", "maxLength": 64},
+        prompt_cache_key={"type": "string", "maxLength": 256},
+        background={"description": "answer at once (queued) and run the turn apart", **BOOL},
         include={"type": "array", "items": {"enum": list(INCLUDABLES)}},
         max_output_tokens={"type": "integer", "minimum": 16},
         temperature={"type": "number", "minimum": 0, "maximum": 2},

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from services.gateway.attach import Attacher
 from services.gateway.audit import AuditLog
+from services.gateway.chat.background import BackgroundRuns
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import EmbedderClient, Store
 from services.gateway.config import GatewayConfig
@@ -40,6 +41,8 @@ class Services:
     chat: ChatUpstream | None = None
     # Embeds conversation items in the background (gateways with ingest workers only).
     history: HistoryIndexer | None = None
+    # Background responses this gateway runs; None without a chat model.
+    background: BackgroundRuns | None = None
 
     @property
     def embedder(self) -> EmbedderClient:

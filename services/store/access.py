@@ -109,6 +109,8 @@ _KINDS: dict[str, tuple[str, _Visible, Callable[[str], StoreError]]] = {
     ),
     RESPONSE: ("responses AS t WHERE t.public_id = ?", responses_visible, ResponseNotFound),
 }
+# A background response under way is a row of its own until its turn ends (responses.py).
+_PENDING_RESPONSE = "pending_responses AS t WHERE t.public_id = ?"
 KINDS = tuple(_KINDS)
 
 
@@ -120,5 +122,10 @@ def check(conn: apsw.Connection, access: Access, kind: str, public_id: str) -> N
     source, visible, missing = _KINDS[kind]
     conditions, params = visible(conn, access, "t")
     where = "".join(f" AND {condition}" for condition in conditions)
-    if conn.execute(f"SELECT 1 FROM {source}{where}", (public_id, *params)).get is None:
+    sql = f"SELECT 1 FROM {source}{where}"
+    args = [public_id, *params]
+    if kind == RESPONSE:
+        sql += f" UNION ALL SELECT 1 FROM {_PENDING_RESPONSE}{where}"
+        args += [public_id, *params]
+    if conn.execute(sql, args).get is None:
         raise missing(public_id)

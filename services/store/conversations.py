@@ -8,6 +8,7 @@ conversation removes its items (and their full-text rows, by trigger) and its re
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,6 +42,9 @@ _ITEM_PREFIXES = {
     "function_call_output": "fco_",
     "reasoning": "rs_",
 }
+
+# An id a caller may give an item: a prefix and 8-64 letters or digits.
+_ITEM_ID = re.compile(r"[a-z]{2,8}_[A-Za-z0-9]{8,64}")
 
 # A turn is a user message: what a list of conversations shows besides the items.
 _CONVERSATION = (
@@ -169,12 +173,18 @@ def insert_items(
     keys = []
     for offset, item in enumerate(items):
         prefix = _ITEM_PREFIXES.get(item.type, "item_")
+        public_id = item.id if _ITEM_ID.fullmatch(item.id) else ""
+        if (
+            public_id
+            and conn.execute("SELECT 1 FROM items WHERE public_id = ?", (public_id,)).fetchone()
+        ):
+            public_id = ""
         conn.execute(
             "INSERT INTO items (public_id, conversation_id, position, response_id, response_role,"
             " response_position, type, role, status, body, text, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                prefix + secrets.token_hex(16),
+                public_id or prefix + secrets.token_hex(16),
                 conversation,
                 position + offset if conversation is not None else None,
                 response,

@@ -434,6 +434,29 @@ ALTER TABLE audit_log ADD COLUMN project TEXT NOT NULL DEFAULT '';
 """
 
 
+# Background responses under way (services/store/responses.py): the response is recorded
+# whole when its turn ends; until then this row stands for it (GET shows it queued or in
+# progress) and holds its input, under a lease the gateway running it renews. A lease that
+# runs out (that gateway died) ends the response as failed.
+_V13_BACKGROUND_RESPONSES = """
+CREATE TABLE pending_responses (
+    public_id            TEXT    PRIMARY KEY,
+    created_at           REAL    NOT NULL,
+    status               TEXT    NOT NULL CHECK (status IN ('queued', 'in_progress')),
+    model                TEXT    NOT NULL DEFAULT '',
+    settings             TEXT    NOT NULL DEFAULT '{}' CHECK (json_valid(settings)),
+    conversation_id      TEXT    NOT NULL DEFAULT '',
+    previous_response_id TEXT    NOT NULL DEFAULT '',
+    inputs               TEXT    NOT NULL DEFAULT '[]' CHECK (json_valid(inputs)),
+    lease_expires_at     REAL    NOT NULL,
+    -- Its owner (access.py), as the response's will be.
+    project_id           INTEGER NOT NULL DEFAULT 1,
+    created_by           TEXT    NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX pending_responses_lease ON pending_responses (lease_expires_at);
+"""
+
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -447,6 +470,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V10_API_KEYS),
     _script(_V11_JOB_KEYS),
     _script(_V12_PROJECTS),
+    _script(_V13_BACKGROUND_RESPONSES),
 ]
 
 

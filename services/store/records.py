@@ -487,6 +487,8 @@ class NewItem:
     status: str = "completed"
     # What full-text search sees (the message's text, a call's queries...).
     text: str = ""
+    # The caller's id for it (a response's output item); empty: the store names it.
+    id: str = ""
 
 
 @dataclass(frozen=True)

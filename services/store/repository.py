@@ -933,7 +933,26 @@ class Repository:
         return responses.record(self._conn(), response, now=self._now(), caller=caller)
 
     def get_response(self, response_id: str) -> ResponseRecord:
-        return responses.get(self._conn(), response_id)
+        return responses.get(self._conn(), response_id, now=self._clock())
+
+    def start_response(
+        self, response: NewResponse, lease: float, caller: Access = EVERYTHING
+    ) -> ResponseRecord:
+        return responses.start(
+            self._conn(), response, lease=lease, now=self._clock(), caller=caller
+        )
+
+    def renew_response(self, response_id: str, status: str, lease: float) -> ResponseRecord:
+        return responses.renew(
+            self._conn(), response_id, status=status, lease=lease, now=self._clock()
+        )
+
+    def cancel_response(self, response_id: str) -> ResponseRecord:
+        return responses.cancel(self._conn(), response_id, now=self._clock())
+
+    def expire_responses(self) -> int:
+        """Background responses whose gateway stopped (their lease ran out), ended as failed."""
+        return responses.expire(self._conn(), now=self._clock())
 
     def delete_response(self, response_id: str) -> None:
         responses.delete(self._conn(), response_id)

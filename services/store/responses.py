@@ -5,10 +5,19 @@ The gateway names a response before it is recorded (it streams the id to the cli
 and records it once the turn has ended, completed or not: the user's input, every output item
 and the response's status land together, so a turn is never half written. A retried record of
 the same id is refused (ResponseExists) and changes nothing.
+
+A background response is started before its turn runs (`start`): a pending row stands for it
+(GET shows it queued or in progress) with its input, under a lease the gateway running it
+renews (`renew`). Its record replaces the pending row in the same transaction. A cancel ends it
+at once as cancelled (the gateway learns it at its next renewal and stops); a lease that runs
+out (the gateway died mid-turn) ends it as failed, when it is next read or at the store's
+start (`expire`), so no response stays in progress forever.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from typing import Any
 
@@ -17,11 +26,32 @@ import apsw
 from services.store import access, conversations
 from services.store.conversations import ITEM_COLUMNS, ITEM_FROM, item_record
 from services.store.db import atomic
-from services.store.errors import InvalidArgument, ResponseExists, ResponseNotFound
+from services.store.errors import (
+    ConversationNotFound,
+    InvalidArgument,
+    ResponseExists,
+    ResponseNotFound,
+)
 from services.store.paging import fetch_page, unknown_cursor
-from services.store.records import EVERYTHING, Access, Item, NewResponse, Page, ResponseRecord
+from services.store.records import (
+    EVERYTHING,
+    Access,
+    Item,
+    NewItem,
+    NewResponse,
+    Page,
+    ResponseRecord,
+)
 
 STATUSES = ("completed", "incomplete", "failed", "cancelled")
+PENDING_STATUSES = ("queued", "in_progress")
+# A lease of a background response at most, in seconds.
+MAX_LEASE = 3600.0
+LEASE_LOST = {
+    "code": "server_error",
+    "message": "the gateway running this background response stopped before it ended (its "
+    "lease ran out); send the request again",
+}
 _ID = re.compile(r"resp_[A-Za-z0-9]{8,64}")
 # Items a next turn reads at most: the gateway fits them to the model's context anyway.
 MAX_HISTORY = 500
@@ -71,7 +101,12 @@ def _record(conn: apsw.Connection, key: int, row: tuple[Any, ...]) -> ResponseRe
 
 
 def record(
-    conn: apsw.Connection, response: NewResponse, *, now: int, caller: Access = EVERYTHING
+    conn: apsw.Connection,
+    response: NewResponse,
+    *,
+    now: int,
+    caller: Access = EVERYTHING,
+    owner: tuple[int, str] | None = None,
 ) -> ResponseRecord:
     """Writes the response, its input and output items and, with a conversation, appends them
     to it, all in one transaction."""
@@ -86,12 +121,14 @@ def record(
     with atomic(conn):
         if conn.execute("SELECT 1 FROM responses WHERE public_id = ?", (response.id,)).fetchone():
             raise ResponseExists(f"response {response.id!r} is recorded already")
+        # A background response's record replaces its pending row.
+        conn.execute("DELETE FROM pending_responses WHERE public_id = ?", (response.id,))
         conversation = None
         if response.conversation_id:
             conversation = conversations.lookup(conn, response.conversation_id)[0]
         if response.previous_response_id:
             _lookup(conn, response.previous_response_id)
-        project, created_by = access.owner(conn, caller)
+        project, created_by = owner or access.owner(conn, caller)
         conn.execute(
             "INSERT INTO responses (public_id, conversation_id, previous_response_id, created_at,"
             " completed_at, status, model, settings, usage, error, project_id, created_by)"
@@ -119,15 +156,183 @@ def record(
         return _record(conn, key, _lookup(conn, response.id)[1])
 
 
-def get(conn: apsw.Connection, response_id: str) -> ResponseRecord:
+def get(conn: apsw.Connection, response_id: str, *, now: float = 0.0) -> ResponseRecord:
+    """A recorded response, or a background one under way (without outputs); one whose
+    lease ran out is ended as failed first."""
     with atomic(conn, write=False):
-        key, row = _lookup(conn, response_id)
-        return _record(conn, key, row)
+        if conn.execute("SELECT 1 FROM responses WHERE public_id = ?", (response_id,)).fetchone():
+            key, row = _lookup(conn, response_id)
+            return _record(conn, key, row)
+        pending = _pending(conn, response_id)
+    if pending is None:
+        raise ResponseNotFound(response_id)
+    if now and pending[-1] < now:
+        expire(conn, now=now, response_id=response_id)
+        return get(conn, response_id)
+    return _pending_record(pending)
+
+
+_PENDING = (
+    "SELECT public_id, created_at, status, model, settings, conversation_id,"
+    " previous_response_id, inputs, lease_expires_at FROM pending_responses"
+)
+
+
+def _pending(conn: apsw.Connection, response_id: str) -> tuple[Any, ...] | None:
+    row = conn.execute(f"{_PENDING} WHERE public_id = ?", (response_id,)).fetchone()
+    return tuple(row) if row is not None else None
+
+
+def _pending_record(row: tuple[Any, ...]) -> ResponseRecord:
+    public_id, created, status, model, settings, conversation, previous, _, _ = row
+    return ResponseRecord(
+        id=public_id,
+        created_at=created,
+        completed_at=0.0,
+        status=status,
+        model=model,
+        settings=settings,
+        usage="{}",
+        error="{}",
+        conversation_id=conversation,
+        previous_response_id=previous,
+        outputs=[],
+    )
+
+
+def start(
+    conn: apsw.Connection,
+    response: NewResponse,
+    *,
+    lease: float,
+    now: float,
+    caller: Access = EVERYTHING,
+) -> ResponseRecord:
+    """A background response before its turn runs: queued or in progress, with its input,
+    held for `lease` seconds."""
+    if not _ID.fullmatch(response.id):
+        raise InvalidArgument(f"response id {response.id!r} is not resp_ and 8-64 letters/digits")
+    if response.status not in PENDING_STATUSES:
+        raise InvalidArgument(f"a started response is {' or '.join(PENDING_STATUSES)}")
+    if not 0 < lease <= MAX_LEASE:
+        raise InvalidArgument(f"lease must be in (0, {MAX_LEASE:g}] seconds")
+    _json_object(response.settings, "settings")
+    conversations.check_items(response.inputs, limit=None)
+    inputs = json.dumps([dataclasses.asdict(item) for item in response.inputs])
+    with atomic(conn):
+        taken = conn.execute(
+            "SELECT 1 FROM responses WHERE public_id = ?1"
+            " UNION ALL SELECT 1 FROM pending_responses WHERE public_id = ?1",
+            (response.id,),
+        ).fetchone()
+        if taken:
+            raise ResponseExists(f"response {response.id!r} exists already")
+        if response.conversation_id:
+            conversations.lookup(conn, response.conversation_id)
+        if response.previous_response_id:
+            _lookup(conn, response.previous_response_id)
+        project, created_by = access.owner(conn, caller)
+        conn.execute(
+            "INSERT INTO pending_responses (public_id, created_at, status, model, settings,"
+            " conversation_id, previous_response_id, inputs, lease_expires_at, project_id,"
+            " created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                response.id,
+                response.created_at,
+                response.status,
+                response.model,
+                response.settings or "{}",
+                response.conversation_id,
+                response.previous_response_id,
+                inputs,
+                now + lease,
+                project,
+                created_by,
+            ),
+        )
+        row = _pending(conn, response.id)
+        assert row is not None
+        return _pending_record(row)
+
+
+def renew(
+    conn: apsw.Connection, response_id: str, *, status: str, lease: float, now: float
+) -> ResponseRecord:
+    """The lease of a background response under way extended (and its status set: queued
+    becomes in_progress); a response that ended meanwhile (cancelled) comes back as it is,
+    which tells its gateway to stop."""
+    if not 0 < lease <= MAX_LEASE:
+        raise InvalidArgument(f"lease must be in (0, {MAX_LEASE:g}] seconds")
+    if status and status not in PENDING_STATUSES:
+        raise InvalidArgument(f"status must be {' or '.join(PENDING_STATUSES)}")
+    with atomic(conn):
+        conn.execute(
+            "UPDATE pending_responses SET lease_expires_at = ?, status = coalesce(nullif(?, ''),"
+            " status) WHERE public_id = ?",
+            (now + lease, status, response_id),
+        )
+    return get(conn, response_id, now=now)
+
+
+def cancel(conn: apsw.Connection, response_id: str, *, now: float) -> ResponseRecord:
+    """A background response under way ended as cancelled, with its input; one that ended
+    already comes back as it is."""
+    _finish_pending(conn, response_id, "cancelled", {}, now)
+    return get(conn, response_id)
+
+
+def expire(conn: apsw.Connection, *, now: float, response_id: str = "") -> int:
+    """Background responses whose lease ran out ended as failed; how many."""
+    rows = conn.execute(
+        "SELECT public_id FROM pending_responses WHERE lease_expires_at < ?"
+        + (" AND public_id = ?" if response_id else ""),
+        (now, response_id) if response_id else (now,),
+    ).fetchall()
+    for (public_id,) in rows:
+        _finish_pending(conn, str(public_id), "failed", LEASE_LOST, now)
+    return len(rows)
+
+
+def _finish_pending(
+    conn: apsw.Connection, response_id: str, status: str, error: dict[str, Any], now: float
+) -> None:
+    with atomic(conn, write=False):
+        row = _pending(conn, response_id)
+        owner = conn.execute(
+            "SELECT project_id, created_by FROM pending_responses WHERE public_id = ?",
+            (response_id,),
+        ).fetchone()
+    if row is None or owner is None:
+        return
+    public_id, created, _, model, settings, conversation, previous, inputs, _ = row
+    response = NewResponse(
+        id=public_id,
+        created_at=created,
+        completed_at=now,
+        status=status,
+        model=model,
+        settings=settings,
+        error=json.dumps(error),
+        conversation_id=conversation,
+        previous_response_id=previous,
+        inputs=tuple(NewItem(**item) for item in json.loads(inputs)),
+    )
+    try:
+        # Recorded as its owner's, whoever ends it (a cancel, the lease running out).
+        record(conn, response, now=int(now), owner=(int(owner[0]), str(owner[1])))
+    except (ResponseExists, ConversationNotFound, ResponseNotFound):
+        # Recorded meanwhile; or what it would join is gone: it goes without it.
+        with atomic(conn):
+            conn.execute("DELETE FROM pending_responses WHERE public_id = ?", (response_id,))
 
 
 def delete(conn: apsw.Connection, response_id: str) -> None:
-    """The response and its items, except those a conversation holds (they stay there)."""
+    """The response and its items, except those a conversation holds (they stay there); a
+    background response under way is dropped (its gateway stops at its next renewal)."""
     with atomic(conn):
+        conn.execute("DELETE FROM pending_responses WHERE public_id = ?", (response_id,))
+        if conn.changes():
+            return
         key, _ = _lookup(conn, response_id)
         remove(conn, key)
 

@@ -7,12 +7,13 @@ the common tokenizers), so the estimate errs on the side of a shorter prompt.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.gateway.chat.items import ChatItem, chat_messages
+from services.gateway.chat.items import ChatItem, chat_messages, paired
 from services.gateway.errors import InvalidRequest
 
 CHARS_PER_TOKEN = 3.5
@@ -48,7 +49,7 @@ class Passage:
 
 @dataclass(frozen=True)
 class Prompt:
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     # History items left out to fit the context (truncation "auto").
     dropped_items: int
     estimated_tokens: int
@@ -56,19 +57,44 @@ class Prompt:
     passages: list[Passage] = field(default_factory=list)
 
 
-def estimate(messages: Sequence[dict[str, str]]) -> int:
-    return sum(int(len(m["content"]) / CHARS_PER_TOKEN) + MESSAGE_OVERHEAD for m in messages)
+def estimate(messages: Sequence[dict[str, Any]]) -> int:
+    return sum(_size(m) + MESSAGE_OVERHEAD for m in messages)
+
+
+def _size(message: dict[str, Any]) -> int:
+    chars = len(message.get("content") or "")
+    if message.get("tool_calls"):
+        chars += len(json.dumps(message["tool_calls"]))
+    return int(chars / CHARS_PER_TOKEN)
+
+
+_CITE = (
+    "Answer from the sources below when they help. After a sentence that uses a source, "
+    "cite it by its number in brackets, like [1]."
+)
+
+
+def _sources(passages: Sequence[Passage]) -> str:
+    lines = [_CITE, ""]
+    for passage in passages:
+        lines.append(f"[{passage.number}] {passage.filename}:\n{passage.text.strip()}")
+    return "\n\n".join(lines)
 
 
 def sources_message(passages: Sequence[Passage]) -> dict[str, str]:
-    lines = [
-        "Answer from the sources below when they help. After a sentence that uses a source, "
-        "cite it by its number in brackets, like [1].",
-        "",
-    ]
-    for passage in passages:
-        lines.append(f"[{passage.number}] {passage.filename}:\n{passage.text.strip()}")
-    return {"role": "system", "content": "\n\n".join(lines)}
+    return {"role": "system", "content": _sources(passages)}
+
+
+def search_result(
+    call_id: str, passages: Sequence[Passage], budget: int
+) -> tuple[dict[str, str], list[Passage]]:
+    """The tool message that hands a file_search call's results to the model: the best
+    passages that fit in `budget` tokens, and those passages."""
+    read = list(passages)
+    while read and estimate([{"content": _sources(read)}]) > budget:
+        read.pop()
+    text = _sources(read) if read else "No passages were found."
+    return {"role": "tool", "tool_call_id": call_id, "content": text}, read
 
 
 def build(
@@ -91,15 +117,19 @@ def build(
         read.pop()
     if read:
         head.append(sources_message(read))
-    current = chat_messages(inputs)
+    pairs = paired([*history, *inputs])
+    current = chat_messages(inputs, pairs)
     if not current:
         raise InvalidRequest("'input' holds no text for the model to answer", param="input")
-    past = chat_messages(history)
+    past = chat_messages(history, pairs)
     fixed = estimate(head) + estimate(current)
     dropped = 0
     while past and fixed + estimate(past) > budget and truncation == "auto":
         past.pop(0)
         dropped += 1
+        while past and past[0]["role"] == "tool":
+            past.pop(0)  # a function's result goes with the call it answers
+            dropped += 1
     total = fixed + estimate(past)
     if total > budget:
         raise InvalidRequest(

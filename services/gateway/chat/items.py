@@ -22,6 +22,11 @@ from services.pb import store_pb2
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
 # Fields every item has; the rest is its body.
 HEAD = ("id", "type", "role", "status")
+# The string fields a tool call and its result must have (an output may also be parts).
+_CALL_FIELDS = {
+    "function_call": ("call_id", "name", "arguments"),
+    "function_call_output": ("call_id", "output"),
+}
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class ChatItem:
     role: str = ""
     status: str = "completed"
     body: dict[str, Any] = field(default_factory=dict)
+    # The id a response's output was streamed under (kept by the store); "" for new items.
+    id: str = ""
 
     @property
     def text(self) -> str:
@@ -44,6 +51,7 @@ class ChatItem:
             status=self.status,
             body_json=json.dumps(self.body),
             text=self.text,
+            id=self.id,
         )
 
 
@@ -59,7 +67,12 @@ def item_text(kind: str, body: dict[str, Any]) -> str:
         )
     if kind == "function_call_output":
         output = body.get("output", "")
+        if isinstance(output, list):
+            # Content parts (input_text, input_image, ...): their text.
+            return "\n".join(str(part.get("text", "")) for part in output if isinstance(part, dict))
         return output if isinstance(output, str) else json.dumps(output)
+    if kind == "function_call":
+        return f"{body.get('name', '')}({body.get('arguments', '')})"
     return ""
 
 
@@ -98,6 +111,11 @@ def _item(raw: Any, name: str, param: str) -> ChatItem:
     content = body.get("content")
     if content is not None:
         _check_content(content, name, param)
+    if kind in _CALL_FIELDS:
+        for key in _CALL_FIELDS[kind]:
+            value = body.get(key)
+            if not isinstance(value, str) and not (key == "output" and isinstance(value, list)):
+                raise invalid(f"'{name}.{key}' is required for a {kind} item", param=param)
     if kind != "message":
         return ChatItem(kind, str(raw.get("role") or ""), status, body)
     role = raw.get("role")
@@ -164,18 +182,73 @@ def stored(item: store_pb2.ConversationItem) -> ChatItem:
     return ChatItem(item.type, item.role, item.status, json.loads(item.body_json or "{}"))
 
 
-def chat_messages(items: Sequence[ChatItem]) -> list[dict[str, str]]:
-    """What a chat-completions model reads of the items: their text as role messages.
+def paired(items: Sequence[ChatItem]) -> set[str]:
+    """The call ids with both their function_call and its function_call_output in `items`."""
+    calls = {_call_id(item) for item in items if item.type == "function_call"}
+    return calls & {_call_id(item) for item in items if item.type == "function_call_output"}
 
-    Tool items become short notes from the system (the model sees that a search ran and for
-    what); items with no text are left out.
+
+def chat_messages(items: Sequence[ChatItem], pairs: set[str] | None = None) -> list[dict[str, Any]]:
+    """What a chat-completions model reads of the items: messages with their text, the
+    model's function calls as an assistant message's tool_calls and their results as tool
+    messages. Items with no text for the model (file_search calls, reasoning) are left out,
+    and so are calls without their result and results without their call (a conversation
+    may hold either: a call the user moved on from, a result recorded through chat
+    completions, or history cut at its 500 items). `pairs`: the call ids that have both,
+    when `items` are a part of what the model reads (`paired` of the whole).
     """
-    messages = []
+    whole = paired(items) if pairs is None else pairs
+    messages: list[dict[str, Any]] = []
     for item in items:
+        if item.type in _CALL_FIELDS and _call_id(item) not in whole:
+            continue  # a call left unanswered, or a result of no call: an upstream refuses it
         text = item.text.strip()
         if item.type == "message" and text:
             role = "system" if item.role == "developer" else item.role
             messages.append({"role": role, "content": text})
-        elif item.type == "function_call_output" and text:
-            messages.append({"role": "system", "content": f"Tool result: {text}"})
+        elif item.type == "function_call":
+            call = {
+                "id": str(item.body.get("call_id", "")),
+                "type": "function",
+                "function": {
+                    "name": str(item.body.get("name", "")),
+                    "arguments": str(item.body.get("arguments", "")),
+                },
+            }
+            last = messages[-1] if messages else {}
+            if last.get("role") == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)  # calls made together stay together
+            else:
+                messages.append({"role": "assistant", "tool_calls": [call]})
+        elif item.type == "function_call_output":
+            call_id = str(item.body.get("call_id", ""))
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": item.text})
     return messages
+
+
+def check_calls(history: Sequence[ChatItem], inputs: Sequence[ChatItem]) -> None:
+    """The input's function results answer calls (of the history or the input), and the
+    input's calls have their results, as OpenAI requires (an upstream refuses either)."""
+    calls = {_call_id(item): item for item in [*history, *inputs] if item.type == "function_call"}
+    answered = set()
+    for item in inputs:
+        if item.type == "function_call_output":
+            call_id = _call_id(item)
+            if call_id not in calls:
+                raise invalid(
+                    f"no function call found for the function_call_output of call_id "
+                    f"{call_id[:80]!r}",
+                    param="input",
+                )
+            answered.add(call_id)
+    for item in inputs:
+        if item.type == "function_call" and _call_id(item) not in answered:
+            raise invalid(
+                f"no output found for the function call {_call_id(item)[:80]!r} "
+                f"({str(item.body.get('name', ''))[:64]}): send its function_call_output",
+                param="input",
+            )
+
+
+def _call_id(item: ChatItem) -> str:
+    return str(item.body.get("call_id", ""))

@@ -46,6 +46,12 @@ def in_background(write: Coroutine[Any, Any, None]) -> None:
     task.add_done_callback(_PENDING.discard)
 
 
+async def settle(timeout: float) -> None:
+    """Waits up to `timeout` seconds for the writes still under way (at shutdown)."""
+    if _PENDING:
+        await asyncio.wait(list(_PENDING), timeout=timeout)
+
+
 def usage(raw: dict[str, Any]) -> dict[str, Any]:
     """A chat completion's usage as a response's."""
     prompt, completion = int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0)

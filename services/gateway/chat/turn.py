@@ -1,52 +1,52 @@
-"""One turn of the Responses API: history, file_search, the upstream model, the events a
-streaming client sees, and the record of the whole turn. Plain asyncio, no web framework.
+"""One turn of the Responses API: history, tools, the upstream model, the events a streaming
+client sees, and the record of the whole turn. Plain asyncio, no web framework.
 
 `prepare` does everything that can fail because of the request (unknown conversation or
-vector store, a context too long) before a single event is sent, so those stay HTTP errors;
-`Turn.events` then yields OpenAI's stream events in order and records the turn when it ends:
-completed, incomplete (the reply was cut off: max_output_tokens, or the client went away) or
-failed (the upstream failed: the user's input and a failed response are kept).
+vector store, a context too long, a function result that answers no call) before a single
+event is sent, so those stay HTTP errors; `Turn.events` then yields OpenAI's stream events in
+order and records the turn when it ends: completed, incomplete (the reply was cut off:
+max_output_tokens, or the client went away), cancelled (a background turn), or failed (the
+upstream failed: the user's input and a failed response are kept).
+
+A turn is one or more rounds with the upstream. The model's text becomes a message item; its
+calls of the client's functions become function_call items and end the turn (the client
+runs them and sends their output in its next request); its calls of file_search are run
+here, shown as file_search_call items, and handed back to it in another round, up to
+`max_tool_calls` and MAX_SEARCHES.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.vocabulary import DEFAULT_SEARCH_MODE
 from services.gateway import errors
-from services.gateway.attributes import attributes_python
 from services.gateway.chat import context
 from services.gateway.chat.context import Passage
-from services.gateway.chat.items import HEAD, ChatItem, stored
+from services.gateway.chat.items import ChatItem, check_calls, stored
+from services.gateway.chat.outputs import Call, Event, Outputs, Round
 from services.gateway.chat.record import in_background, record, usage
+from services.gateway.chat.response import response_object, settings
+from services.gateway.chat.retrieval import file_search, question, user_query
+from services.gateway.chat.tools import FILE_SEARCH, Tools, search_queries
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
 from services.gateway.embedders import Embedders
-from services.gateway.search import Deadlines, Search, search_many
+from services.gateway.search import Deadlines
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
 
-RESULTS = "file_search_call.results"
-
-Event = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class FileSearchTool:
-    vector_store_ids: list[str]
-    max_num_results: int
-    score_threshold: float
-    filter: store_pb2.Filter | None
-    # As the client sent it, echoed in the response's `tools`.
-    raw: dict[str, Any]
+LOGPROBS = "message.output_text.logprobs"
+# file_search calls in one turn at most, whatever max_tool_calls allows.
+MAX_SEARCHES = 4
 
 
 @dataclass(frozen=True)
@@ -57,52 +57,59 @@ class TurnRequest:
     previous_response_id: str = ""
     conversation_id: str = ""
     store: bool = True
-    tools: list[FileSearchTool] = field(default_factory=list)
-    tool_choice: str = "auto"
+    tools: Tools = field(default_factory=Tools)
     include: list[str] = field(default_factory=list)
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     truncation: str = "disabled"
     metadata: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Reply:
-    text: str = ""
-    reasoning: str = ""
-    finish: str = ""
+    # OpenAI's `text`: the answer's format, echoed.
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
+    reasoning: dict[str, Any] | None = None
+    top_logprobs: int | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    background: bool = False
 
 
 @dataclass
 class Turn:
-    """A prepared turn: its id, the prompt, the file_search call already made."""
+    """A prepared turn: its id, the prompt, the file_search call already made (when the
+    upstream does not call tools)."""
 
     request: TurnRequest
     id: str
     created_at: float
     prompt: context.Prompt
-    queries: list[str]
     upstream: ChatUpstream
     store: Store
+    embedders: Embedders
+    deadlines: Deadlines
+    # The model drives file_search (the upstream calls tools).
+    hosted: bool = False
     searched: ChatItem | None = None
-    sequence: int = 0
-    outputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: Outputs = field(init=False)
     usage: dict[str, Any] = field(default_factory=dict)
     status: str = "in_progress"
     error: dict[str, Any] | None = None
     incomplete: dict[str, Any] | None = None
     recorded: bool = False
     failure: errors.ApiError | None = None
-    search_id: str = field(default_factory=lambda: "fs_" + secrets.token_hex(16))
+    # Why a background turn was stopped: "cancelled", "deleted" (nothing is recorded), or
+    # "shutdown" (the gateway stops: it ends as failed); "" for a turn whose client went away.
+    stop: str = ""
+    # Every passage the model read in this turn, numbered for citations.
+    passages: list[Passage] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
-    def _event(self, kind: str, **fields: Any) -> Event:
-        self.sequence += 1
-        return {"type": kind, "sequence_number": self.sequence - 1, **fields}
-
-    def _part_event(self, kind: str, item: dict[str, Any], index: int, **fields: Any) -> Event:
-        """An event about the message's one content part (its text)."""
-        return self._event(kind, item_id=item["id"], output_index=index, content_index=0, **fields)
+    def __post_init__(self) -> None:
+        self.messages = list(self.prompt.messages)
+        self.passages = list(self.prompt.passages)
+        self.outputs = Outputs(self.request.include, FILE_SEARCH if self.hosted else "")
+        if self.request.background:
+            self.status = "queued"
 
     def response(self) -> dict[str, Any]:
         return response_object(
@@ -113,7 +120,7 @@ class Turn:
             settings=settings(self.request, self.prompt.dropped_items),
             previous_response_id=self.request.previous_response_id,
             conversation_id=self.request.conversation_id,
-            outputs=self.outputs,
+            outputs=self.outputs.items,
             usage=self.usage or None,
             error=self.error,
             incomplete=self.incomplete,
@@ -124,174 +131,233 @@ class Turn:
         of the upstream ends the stream with `error` and `response.failed`, and is kept in
         `failure` for a caller that does not stream."""
         try:
-            yield self._event("response.created", response=self.response())
-            yield self._event("response.in_progress", response=self.response())
-            async for event in self._search_events():
+            yield self.outputs.event("response.created", response=self.response())
+            if self.status == "queued":
+                yield self.outputs.event("response.queued", response=self.response())
+                self.status = "in_progress"
+            yield self.outputs.event("response.in_progress", response=self.response())
+            for event in self._search_events():
                 yield event
-            async with contextlib.aclosing(self._answer(stream)) as answer:
-                async for event in answer:
+            async with contextlib.aclosing(self._rounds(stream)) as rounds:
+                async for event in rounds:
                     yield event
             final = "response.completed" if self.status == "completed" else "response.incomplete"
             await self._record()
-            yield self._event(final, response=self.response())
+            yield self.outputs.event(final, response=self.response())
         except errors.ApiError as error:
             self.failure = error
             self.status = "failed"
             self.error = {"code": error.code or "server_error", "message": error.message}
             # A reply cut off by a failure is not kept: the input and the failure are.
-            self.outputs = [item for item in self.outputs if item["type"] != "message"]
+            self.outputs.items = [item for item in self.outputs.items if item["type"] != "message"]
             await self._record()
-            yield self._event(
+            yield self.outputs.event(
                 "error", code=self.error["code"], message=error.message, param=error.param
             )
-            yield self._event("response.failed", response=self.response())
+            yield self.outputs.event("response.failed", response=self.response())
         finally:
-            if not self.recorded and self.status == "in_progress":
-                # The client went away mid-reply: keep what it received, as incomplete.
-                self.status = "incomplete"
-                self.incomplete = {"reason": "client_disconnected"}
-                for item in self.outputs:
-                    if item["status"] == "in_progress":
-                        item["status"] = "incomplete"
+            if self.stop == "deleted":
+                self.recorded = True
+            if not self.recorded and self.status in ("queued", "in_progress"):
+                # The client went away mid-reply, or a background turn was stopped: keep what
+                # was made, as incomplete (cancelled; failed at shutdown).
+                if self.stop == "cancelled":
+                    self.status = "cancelled"
+                elif self.stop == "shutdown":
+                    self.status = "failed"
+                    self.error = {
+                        "code": "server_error",
+                        "message": "the gateway stopped during this turn; send it again",
+                    }
+                else:
+                    self.status = "incomplete"
+                    self.incomplete = {"reason": "client_disconnected"}
+                self.outputs.interrupted()
                 in_background(self._record())
 
-    async def _search_events(self) -> AsyncGenerator[Event]:
+    def _search_events(self) -> Iterator[Event]:
+        """The file_search ragd ran before the model (an upstream that does not call tools)."""
         if self.searched is None:
             return
-        item = self._render_searched("in_progress")
-        index = len(self.outputs)
-        self.outputs.append(item)
-        yield self._event("response.output_item.added", output_index=index, item=dict(item))
-        for phase in ("in_progress", "searching", "completed"):
-            yield self._event(
-                f"response.file_search_call.{phase}", output_index=index, item_id=item["id"]
-            )
-        self.outputs[index] = self._render_searched("completed")
-        yield self._event("response.output_item.done", output_index=index, item=self.outputs[index])
-
-    def _render_searched(self, status: str) -> dict[str, Any]:
-        assert self.searched is not None
         body = self.searched.body
-        results = body["results"] if RESULTS in self.request.include else None
-        return {
-            "id": self.search_id,
-            "type": "file_search_call",
-            "status": status,
-            "queries": body["queries"],
-            "results": results if status == "completed" else None,
-        }
+        item = self.outputs.search(body["queries"])
+        yield from self.outputs.search_started(item)
+        yield from self.outputs.search_done(item, body["results"])
 
-    async def _answer(self, stream: bool) -> AsyncGenerator[Event]:
-        upstream = self.upstream
+    async def _rounds(self, stream: bool) -> AsyncGenerator[Event]:
+        tools = self.request.tools
+        limit = min(MAX_SEARCHES, tools.max_calls or MAX_SEARCHES)
+        searches, first = 0, True
+        while True:
+            offered = tools.offered(self.hosted and searches < limit)
+            if not self.upstream.settings.tools:
+                offered = []
+            body = self._body(offered, tools.upstream_choice(first) if offered else None)
+            current = Round()
+            async with contextlib.aclosing(self._round(body, stream, current)) as round_events:
+                async for event in round_events:
+                    yield event
+            hosted = [call for call in current.calls.values() if call.hosted]
+            if hosted:
+                async with contextlib.aclosing(self._run_searches(hosted)) as found:
+                    async for event in found:
+                        yield event
+                searches += len(hosted)
+            cut = current.finish == "length"
+            client_calls = len(hosted) < len(current.calls)
+            if cut or client_calls or not hosted:
+                self.status = "incomplete" if cut else "completed"
+                if cut:
+                    self.incomplete = {"reason": "max_output_tokens"}
+                if not current.wrote and not cut:
+                    for event in self.outputs.empty_answer(current):
+                        yield event
+                return
+            first = False
+
+    def _body(self, offered: list[dict[str, Any]], choice: Any) -> dict[str, Any]:
+        request, upstream = self.request, self.upstream
         params = {
-            "model": self.request.model,
-            "temperature": self.request.temperature,
-            "top_p": self.request.top_p,
-            "max_tokens": self.request.max_output_tokens or upstream.settings.max_output_tokens,
+            "model": request.model,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "max_tokens": request.max_output_tokens or upstream.settings.max_output_tokens,
         }
-        body = upstream.body(self.prompt.messages, params)
-        index = len(self.outputs)
-        item: dict[str, Any] = {
-            "id": "msg_" + secrets.token_hex(16),
-            "type": "message",
-            "role": "assistant",
-            "status": "in_progress",
-            "content": [],
-        }
-        reply = _Reply()
-        if stream:
-            self.outputs.append(item)
-            yield self._event("response.output_item.added", output_index=index, item=dict(item))
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            item["content"].append(part)
-            yield self._part_event(
-                "response.content_part.added",
-                item,
-                index,
-                part=dict(part),
-            )
-            async with contextlib.aclosing(self._pieces(body, reply)) as pieces:
-                async for piece in pieces:
-                    part["text"] = reply.text
-                    yield self._part_event(
-                        "response.output_text.delta",
-                        item,
-                        index,
-                        delta=piece,
-                        logprobs=[],
-                    )
-        else:
-            whole = await upstream.complete(body)
-            choice = whole["choices"][0]
-            reply.text = str(choice["message"].get("content") or "")
-            reply.reasoning = str(choice["message"].get("reasoning_content") or "")
-            reply.finish = str(choice.get("finish_reason") or "")
-            self.usage = usage(whole.get("usage") or {})
-            item["content"].append(
-                {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
-            )
-            self.outputs.append(item)
-        text, reasoning = reply.text, reply.reasoning
-        part = item["content"][0]
-        part["text"] = text
-        question = _query(self.request.inputs) if self.request.tools else ""
-        part["annotations"] = context.citations(text, self.prompt.passages, question)
-        cut = reply.finish == "length"
-        item["status"] = "incomplete" if cut else "completed"
-        self.status = "incomplete" if cut else "completed"
-        if cut:
-            self.incomplete = {"reason": "max_output_tokens"}
-        if stream:
-            yield self._part_event(
-                "response.output_text.done",
-                item,
-                index,
-                text=text,
-                logprobs=[],
-            )
-            for number, annotation in enumerate(part["annotations"]):
-                yield self._part_event(
-                    "response.output_text.annotation.added",
-                    item,
-                    index,
-                    annotation_index=number,
-                    annotation=annotation,
-                )
-            yield self._part_event(
-                "response.content_part.done",
-                item,
-                index,
-                part=part,
-            )
-            yield self._event("response.output_item.done", output_index=index, item=item)
-        if reasoning:
-            # Upstreams that think aloud send it apart from the answer (reasoning_content).
-            thought = {
-                "id": "rs_" + secrets.token_hex(16),
-                "type": "reasoning",
-                "summary": [],
-                "content": [{"type": "reasoning_text", "text": reasoning}],
-                "status": "completed",
+        body = upstream.body(self.messages, params)
+        if offered:
+            body["tools"] = offered
+            body["tool_choice"] = choice
+            body["parallel_tool_calls"] = request.tools.parallel
+        wanted = request.text["format"]
+        if wanted["type"] == "json_object":
+            body["response_format"] = {"type": "json_object"}
+        elif wanted["type"] == "json_schema":
+            fields = ("name", "schema", "strict", "description")
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {key: wanted[key] for key in fields if key in wanted},
             }
-            self.outputs.append(thought)
-            if stream:
-                for kind in ("response.output_item.added", "response.output_item.done"):
-                    yield self._event(kind, output_index=index + 1, item=thought)
+        if request.text.get("verbosity"):
+            body["verbosity"] = request.text["verbosity"]
+        if request.reasoning and request.reasoning.get("effort"):
+            body["reasoning_effort"] = request.reasoning["effort"]
+        if request.top_logprobs is not None:
+            body["logprobs"] = True
+            body["top_logprobs"] = request.top_logprobs
+        for name in ("user", "safety_identifier", "prompt_cache_key"):
+            if getattr(request, name):
+                body[name] = getattr(request, name)
+        return body
 
-    async def _pieces(self, body: dict[str, Any], reply: _Reply) -> AsyncGenerator[str]:
-        """The text of a streamed completion piece by piece, gathered in `reply`."""
-        async with contextlib.aclosing(self.upstream.stream(body)) as chunks:
-            async for chunk in chunks:
+    async def _round(
+        self, body: dict[str, Any], stream: bool, current: Round
+    ) -> AsyncGenerator[Event]:
+        """One upstream reply, streamed or whole, as output items and their events."""
+        chunks = self.upstream.stream(body) if stream else self._whole(body)
+        async with contextlib.aclosing(chunks) as pieces:
+            async for chunk in pieces:
                 if chunk.get("usage"):
-                    self.usage = usage(chunk["usage"])
+                    self._count(chunk["usage"])
                 for choice in chunk.get("choices") or []:
+                    if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                        continue
+                    current.finish = str(choice.get("finish_reason") or current.finish)
                     delta = choice.get("delta") or {}
-                    reply.reasoning += str(delta.get("reasoning_content") or "")
-                    reply.finish = str(choice.get("finish_reason") or reply.finish)
+                    current.reasoning += str(delta.get("reasoning_content") or "")
                     piece = str(delta.get("content") or "")
-                    if piece:
-                        reply.text += piece
-                        yield piece
+                    logprobs = (choice.get("logprobs") or {}).get("content") or []
+                    if piece or logprobs:
+                        for event in self.outputs.text(current, piece, logprobs):
+                            yield event
+                    for call in delta.get("tool_calls") or []:
+                        if isinstance(call, dict):
+                            cited = self._cited()
+                            for event in self.outputs.call_delta(current, call, *cited):
+                                yield event
+        for event in self.outputs.close(current, *self._cited()):
+            yield event
+
+    def _cited(self) -> tuple[list[Passage], str]:
+        """What citations are matched against: the passages read, and the question."""
+        return self.passages, question(self.request.inputs) if self.passages else ""
+
+    async def _whole(self, body: dict[str, Any]) -> AsyncGenerator[dict[str, Any]]:
+        """A whole completion as one chunk of a stream (one path for both)."""
+        whole = await self.upstream.complete(body)
+        choice = whole["choices"][0]
+        message = dict(choice.get("message") or {})
+        calls = message.get("tool_calls") or []
+        message["tool_calls"] = [
+            {"index": index, **call} for index, call in enumerate(calls) if isinstance(call, dict)
+        ]
+        yield {
+            "usage": whole.get("usage"),
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": message,
+                    "finish_reason": choice.get("finish_reason"),
+                    "logprobs": choice.get("logprobs"),
+                }
+            ],
+        }
+
+    def _count(self, raw: dict[str, Any]) -> None:
+        """Token usage summed over the turn's rounds."""
+        added = usage(raw)
+        if not self.usage:
+            self.usage = added
+            return
+        for key in ("input_tokens", "output_tokens", "total_tokens"):
+            self.usage[key] += added[key]
+        for details, name in (
+            ("input_tokens_details", "cached_tokens"),
+            ("output_tokens_details", "reasoning_tokens"),
+        ):
+            self.usage[details][name] += added[details][name]
+
+    async def _run_searches(self, calls: Sequence[Call]) -> AsyncGenerator[Event]:
+        """The model's file_search calls run here; their results go back to it."""
+        self.messages.append(
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": call.call_id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments or "{}"},
+                    }
+                    for call in calls
+                ],
+            }
+        )
+        fallback = question(self.request.inputs)
+        for call in calls:
+            item = self.outputs.search(search_queries(call.arguments, fallback))
+            for event in self.outputs.search_started(item):
+                yield event
+            found = await file_search(
+                self.request.tools.searches,
+                item["queries"],
+                self.embedders,
+                self.store,
+                self.deadlines,
+                first=len(self.passages) + 1,
+            )
+            message, read = context.search_result(call.call_id, found, self._room())
+            self.messages.append(message)
+            self.passages += read
+            results = [passage.result() for passage in found]
+            for event in self.outputs.search_done(item, results):
+                yield event
+
+    def _room(self) -> int:
+        """Tokens the results of one more search may take of the prompt."""
+        settings_ = self.upstream.settings
+        reply = self.request.max_output_tokens or settings_.max_output_tokens
+        budget = max(0, settings_.context_tokens - reply)
+        left = budget - context.estimate(self.messages)
+        return max(0, min(left, int(budget * context.PASSAGE_SHARE)))
 
     async def _record(self) -> None:
         """The whole turn in one store transaction (retried for a while if the store is down:
@@ -300,7 +366,10 @@ class Turn:
             self.recorded = True
             return
         self.recorded = True
-        request = store_pb2.RecordResponseRequest(
+        await record(self.store, self.record_request())
+
+    def record_request(self) -> store_pb2.RecordResponseRequest:
+        return store_pb2.RecordResponseRequest(
             id=self.id,
             created_at=self.created_at,
             completed_at=time.time(),
@@ -312,77 +381,8 @@ class Turn:
             conversation_id=self.request.conversation_id,
             previous_response_id=self.request.previous_response_id,
             inputs=[item.message() for item in self.request.inputs],
-            outputs=[_stored_output(item, self.searched).message() for item in self.outputs],
+            outputs=[item.message() for item in self.outputs.stored()],
         )
-        await record(self.store, request)
-
-
-def _stored_output(item: dict[str, Any], searched: ChatItem | None) -> ChatItem:
-    body = {key: value for key, value in item.items() if key not in HEAD}
-    if item["type"] == "file_search_call" and searched is not None:
-        # Stored with its results, whether or not this response showed them.
-        body = {"queries": searched.body["queries"], "results": searched.body["results"]}
-    return ChatItem(item["type"], str(item.get("role") or ""), item["status"], body)
-
-
-def settings(request: TurnRequest, dropped: int) -> dict[str, Any]:
-    """What the stored response keeps of its request (rendered back by GET)."""
-    return {
-        "instructions": request.instructions,
-        "tools": [tool.raw for tool in request.tools],
-        "tool_choice": request.tool_choice,
-        "include": request.include,
-        "max_output_tokens": request.max_output_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
-        "truncation": request.truncation,
-        "metadata": request.metadata,
-        "store": request.store,
-        "truncated_input_items": dropped,
-    }
-
-
-def response_object(
-    *,
-    id: str,
-    created_at: float,
-    status: str,
-    model: str,
-    settings: dict[str, Any],
-    previous_response_id: str,
-    conversation_id: str,
-    outputs: Sequence[dict[str, Any]],
-    usage: dict[str, Any] | None,
-    error: dict[str, Any] | None,
-    incomplete: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """OpenAI's response object, for a turn under way and for one read back from the store."""
-    return {
-        "id": id,
-        "object": "response",
-        "created_at": created_at,
-        "status": status,
-        "model": model,
-        "output": list(outputs),
-        "instructions": settings.get("instructions"),
-        "metadata": settings.get("metadata") or {},
-        "temperature": settings.get("temperature"),
-        "top_p": settings.get("top_p"),
-        "max_output_tokens": settings.get("max_output_tokens"),
-        "previous_response_id": previous_response_id or None,
-        "conversation": {"id": conversation_id} if conversation_id else None,
-        "tools": settings.get("tools") or [],
-        "tool_choice": settings.get("tool_choice") or "auto",
-        "parallel_tool_calls": False,
-        "truncation": settings.get("truncation") or "disabled",
-        "text": {"format": {"type": "text"}},
-        "store": settings.get("store", True),
-        "usage": usage,
-        "error": error,
-        "incomplete_details": incomplete,
-        # Extension: history items left out to fit the model's context (truncation "auto").
-        "truncated_input_items": settings.get("truncated_input_items", 0),
-    }
 
 
 async def prepare(
@@ -403,18 +403,26 @@ async def prepare(
             )
         )
         history = [stored(item) for item in reply.items]
+    check_calls(history, request.inputs)
+    searches = request.tools.searches
+    hosted = bool(searches) and upstream.settings.tools and request.tools.choice.mode != "none"
     passages: list[Passage] = []
-    queries: list[str] = []
     searched = None
-    if request.tools:
-        queries = [_query(request.inputs)]
-        passages = await _file_search(request.tools, queries[0], embedders, store, deadlines)
+    if hosted:
+        # An unknown vector store is a 404 now, not a failure in the middle of the turn.
+        await asyncio.gather(
+            *(
+                store.GetCollection(store_pb2.GetCollectionRequest(id=store_id))
+                for tool in searches
+                for store_id in tool.vector_store_ids
+            )
+        )
+    elif searches and request.tools.choice.mode != "none":
+        queries = [user_query(request.inputs)]
+        passages = await file_search(searches, queries, embedders, store, deadlines)
         searched = ChatItem(
             "file_search_call",
-            body={
-                "queries": queries,
-                "results": [passage.result() for passage in passages],
-            },
+            body={"queries": queries, "results": [passage.result() for passage in passages]},
         )
     settings_ = upstream.settings
     reply_tokens = request.max_output_tokens or settings_.max_output_tokens
@@ -431,55 +439,10 @@ async def prepare(
         id="resp_" + secrets.token_hex(24),
         created_at=time.time(),
         prompt=prompt,
-        queries=queries,
         upstream=upstream,
         store=store,
+        embedders=embedders,
+        deadlines=deadlines,
+        hosted=hosted,
         searched=searched,
     )
-
-
-def _query(inputs: Sequence[ChatItem]) -> str:
-    """The search query: the text of the last user message of the input."""
-    for item in reversed(inputs):
-        if item.type == "message" and item.role == "user" and item.text.strip():
-            return item.text.strip()[:4000]
-    raise errors.InvalidRequest(
-        "file_search needs a user message in 'input' to search for", param="input"
-    )
-
-
-async def _file_search(
-    tools: Sequence[FileSearchTool],
-    query: str,
-    embedders: Embedders,
-    store: Store,
-    deadlines: Deadlines,
-) -> list[Passage]:
-    asked = [
-        Search(
-            store_id,
-            [query],
-            tool.max_num_results,
-            DEFAULT_SEARCH_MODE,
-            tool.score_threshold,
-            tool.filter,
-        )
-        for tool in tools
-        for store_id in tool.vector_store_ids
-    ]
-    # One embedding of the query per model for every store (lexical where it is down).
-    found = await search_many(embedders, store, asked, deadlines)
-    hits = [hit for result in found for hit in result.hits]
-    limit = max(tool.max_num_results for tool in tools)
-    best = sorted(hits, key=lambda hit: hit.score, reverse=True)[:limit]
-    return [
-        Passage(
-            n,
-            hit.file_id,
-            hit.filename,
-            hit.text,
-            round(float(hit.score), 6),
-            attributes_python(hit.attributes),
-        )
-        for n, hit in enumerate(best, start=1)
-    ]

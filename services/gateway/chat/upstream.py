@@ -29,6 +29,12 @@ class ChatSettings:
     # The upstream's context window (prompt plus reply), and a reply's default length.
     context_tokens: int = 8192
     max_output_tokens: int = 512
+    # Whether it calls tools (RAGD_CHAT_TOOLS): function tools pass through to it and it
+    # drives file_search. Off: file_search searches with the user's words, function tools 400.
+    tools: bool = True
+    # The store's lease on a background response this gateway runs: renewed every third of
+    # it; a gateway that dies leaves the response failed within about this long.
+    background_lease_seconds: float = 30.0
 
 
 class ChatUpstream:

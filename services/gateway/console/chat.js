@@ -213,7 +213,8 @@ export async function chatPage(main, signal, conversationId, params) {
       }
       const body = { conversation: current, input, stream: true, include: [RESULTS] };
       const ids = choice.chosen();
-      if (ids.length) body.tools = [{ type: "file_search", vector_store_ids: ids }];
+      // Every turn with stores chosen searches them (the model writes the queries).
+      if (ids.length) Object.assign(body, { tools: [{ type: "file_search", vector_store_ids: ids }], tool_choice: "required" });
       asked = turns.appendChild(messageTurn("user", input));
       message.value = "";
       let searching = null;

@@ -18,7 +18,7 @@ from services.common.vocabulary import (
 from services.gateway import objects
 from services.gateway.auth import charge
 from services.gateway.chat.items import parse_items, render
-from services.gateway.chat.turn import RESULTS
+from services.gateway.chat.outputs import RESULTS
 from services.gateway.errors import invalid
 from services.gateway.params import (
     json_body,

@@ -4,6 +4,7 @@ the conversation, answered by the operator's chat upstream; stored responses rea
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from starlette.requests import Request
@@ -11,9 +12,12 @@ from starlette.responses import JSONResponse, Response
 
 from services.gateway import errors, objects
 from services.gateway.audit import AUDIT_INFO
+from services.gateway.chat.background import BackgroundRuns, replayed
 from services.gateway.chat.items import render
+from services.gateway.chat.outputs import RESULTS
 from services.gateway.chat.requests import turn_request
-from services.gateway.chat.turn import RESULTS, prepare, response_object
+from services.gateway.chat.response import response_object
+from services.gateway.chat.turn import prepare
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.params import json_body, paging
 from services.gateway.routes import services
@@ -44,9 +48,12 @@ async def create_response(request: Request) -> Response:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
-    asked = turn_request(body, deps.chat.settings.model if deps.chat else "")
+    settings = deps.chat.settings if deps.chat else None
+    asked = turn_request(
+        body, settings.model if settings else "", settings is None or settings.tools
+    )
     # The audit entry names the vector stores the turn may search.
-    searched = [store_id for tool in asked.tools for store_id in tool.vector_store_ids]
+    searched = [store_id for tool in asked.tools.searches for store_id in tool.vector_store_ids]
     if searched:
         request.scope[AUDIT_INFO] = {"collection_id": ",".join(dict.fromkeys(searched))}
     chat = upstream(deps)
@@ -58,6 +65,15 @@ async def create_response(request: Request) -> Response:
         store=deps.store,
         deadlines=Deadlines(config.search_embed_timeout, config.search_store_timeout),
     )
+    if asked.background:
+        runs = _runs(deps)
+        await runs.start(turn)
+        if stream:
+            # The client follows the run; leaving stops following, not the run.
+            run = runs.local(turn.id)
+            assert run is not None
+            return ClosingStream(server_sent_events(runs.follow(run, -1)), "text/event-stream")
+        return JSONResponse(turn.response())
     if stream:
         return ClosingStream(server_sent_events(turn.events(stream=True)), "text/event-stream")
     async for _ in turn.events(stream=False):
@@ -85,6 +101,7 @@ def stored_response(record: store_pb2.ResponseRecord, include: list[str]) -> dic
         usage=json.loads(record.usage_json or "{}") or None,
         error=problem if record.status == "failed" else None,
         incomplete=problem if record.status == "incomplete" else None,
+        completed_at=record.completed_at or None,
     )
 
 
@@ -92,10 +109,71 @@ def _include(request: Request) -> list[str]:
     return [RESULTS] if includes_results(request) else []
 
 
-async def get_response(request: Request) -> JSONResponse:
-    record = await services(request).store.GetResponse(
-        store_pb2.ResponseRef(id=request.path_params["response_id"])
-    )
+def _runs(deps: Services) -> BackgroundRuns:
+    upstream(deps)  # the same 501 without a chat model
+    assert deps.background is not None
+    return deps.background
+
+
+async def get_response(request: Request) -> Response:
+    """A response; with `stream=true`, its events after `starting_after` (a background run's
+    own, followed to its end, else rebuilt from the record)."""
+    deps = services(request)
+    response_id = request.path_params["response_id"]
+    streamed = request.query_params.get("stream", "false").lower()
+    if streamed not in ("true", "false"):
+        raise errors.InvalidRequest("'stream' must be true or false", param="stream")
+    after = _starting_after(request)
+    run = deps.background.local(response_id) if deps.background is not None else None
+    if streamed == "true" and run is not None:
+        assert deps.background is not None
+        events = deps.background.follow(run, after)
+        return ClosingStream(server_sent_events(events), "text/event-stream")
+    record = await deps.store.GetResponse(store_pb2.ResponseRef(id=response_id))
+    shown = stored_response(record, _include(request))
+    if streamed == "false":
+        return JSONResponse(shown)
+    if record.status in ("queued", "in_progress"):
+        raise errors.Conflict(
+            f"response {response_id!r} runs on another gateway, which holds its events; poll "
+            "GET /v1/responses/{id} until it ends, then stream it"
+        )
+
+    async def rebuilt() -> AsyncGenerator[dict[str, Any]]:
+        for event in replayed(shown, after):
+            yield event
+
+    return ClosingStream(server_sent_events(rebuilt()), "text/event-stream")
+
+
+def _starting_after(request: Request) -> int:
+    raw = request.query_params.get("starting_after")
+    if raw is None:
+        return -1
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -2
+    if value < 0:
+        raise errors.InvalidRequest(
+            "'starting_after' must be a sequence number (0 or more)", param="starting_after"
+        )
+    return value
+
+
+async def cancel_response(request: Request) -> JSONResponse:
+    """Ends a background response under way as cancelled; OpenAI refuses to cancel one that
+    was not run in the background."""
+    deps = services(request)
+    response_id = request.path_params["response_id"]
+    record = await deps.store.GetResponse(store_pb2.ResponseRef(id=response_id))
+    if not json.loads(record.settings_json or "{}").get("background"):
+        raise errors.InvalidRequest(
+            f"response {response_id!r} was not run in the background: only background "
+            "responses can be cancelled",
+            param="response_id",
+        )
+    record = await _runs(deps).cancel(response_id)
     return JSONResponse(stored_response(record, _include(request)))
 
 

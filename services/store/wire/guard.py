@@ -61,6 +61,12 @@ REFERENCES: dict[str, tuple[tuple[str, str], ...]] = {
     "DeleteResponse": (("id", RESPONSE),),
     "ListResponseInputItems": (("response_id", RESPONSE),),
     "GetHistory": (("conversation_id", CONVERSATION), ("previous_response_id", RESPONSE)),
+    "StartResponse": (
+        ("response.conversation_id", CONVERSATION),
+        ("response.previous_response_id", RESPONSE),
+    ),
+    "RenewResponse": (("id", RESPONSE),),
+    "CancelResponse": (("id", RESPONSE),),
 }
 
 # Request fields that name something but are not checked here, and why.
@@ -91,6 +97,7 @@ UNCHECKED: dict[str, str] = {
     # New objects, named by the caller: the store stamps them with the caller's project.
     "AddChunks.file_id": "a file written here, in the vector store's project (ingest.py)",
     "RecordResponse.id": "the new response's id",
+    "StartResponse.response.id": "the new response's id",
     # The gateway's own calls (ingest workers, audit, key usage) and the operator's (admin
     # routes, which take an admin key): never made on behalf of a project's key.
     "ClaimJobs.worker_id": "ingest workers",

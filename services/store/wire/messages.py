@@ -352,6 +352,7 @@ def new_items_from_message(items: Sequence[pb.NewItem]) -> list[NewItem]:
             role=item.role,
             status=item.status or "completed",
             text=item.text,
+            id=item.id,
         )
         for item in items
     ]

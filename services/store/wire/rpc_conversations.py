@@ -172,6 +172,32 @@ class ConversationRpcs(RpcBase):
         )
         return response_message(record)
 
+    async def StartResponse(
+        self, request: pb.StartResponseRequest, context: Context
+    ) -> pb.ResponseRecord:
+        response = response_from_message(request.response)
+        who = caller()
+        record = await self._call(
+            context,
+            lambda: self._repository.start_response(response, request.lease_seconds, caller=who),
+        )
+        return response_message(record)
+
+    async def RenewResponse(
+        self, request: pb.RenewResponseRequest, context: Context
+    ) -> pb.ResponseRecord:
+        record = await self._call(
+            context,
+            lambda: self._repository.renew_response(
+                request.id, request.status, request.lease_seconds
+            ),
+        )
+        return response_message(record)
+
+    async def CancelResponse(self, request: pb.ResponseRef, context: Context) -> pb.ResponseRecord:
+        record = await self._call(context, lambda: self._repository.cancel_response(request.id))
+        return response_message(record)
+
     async def GetResponse(self, request: pb.ResponseRef, context: Context) -> pb.ResponseRecord:
         record = await self._call(context, lambda: self._repository.get_response(request.id))
         return response_message(record)

@@ -111,6 +111,12 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
         await server.stop(None)
         raise
     log.info("database %s at schema version %d", repository.path, version)
+    # Background responses whose gateway died with the store down never end otherwise.
+    expired = await asyncio.get_running_loop().run_in_executor(
+        executor, repository.expire_responses
+    )
+    if expired:
+        log.warning("%d background responses lost their gateway: ended as failed", expired)
     await set_serving(health, [SERVICE_NAME], True)
     background = [_build_indexes(server, repository, executor)]
     if config.retention.enabled:
