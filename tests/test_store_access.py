@@ -29,7 +29,7 @@ from services.store.records import (
 )
 from services.store.repository import Repository
 from services.store.wire import guard
-from tests.store_fixtures import DIMS, MODEL, check_invariants, upload
+from tests.store_fixtures import DIMS, MODEL, FakeClock, check_invariants, upload
 
 pytestmark = pytest.mark.repo(checks=[check_invariants])
 
@@ -258,3 +258,32 @@ def test_the_guard_knows_every_id_a_request_can_name() -> None:
         if name.split(".")[0] not in {method.name for method in service.methods}
     ]
     assert stale == []
+
+
+def test_a_background_response_is_its_owners_while_it_runs_and_after(
+    repo: Repository, two: tuple[Access, Access], clock: FakeClock
+) -> None:
+    alice, bob = two
+    started = repo.start_response(
+        NewResponse(
+            id="resp_background01",
+            created_at=1.0,
+            completed_at=0.0,
+            status="queued",
+            model="m",
+            inputs=(message("a long job"),),
+        ),
+        lease=10,
+        caller=alice,
+    )
+    assert started.status == "queued"
+    repo.authorize(alice, [("response", started.id)])
+    with pytest.raises(ResponseNotFound):
+        repo.authorize(bob, [("response", started.id)])
+    # Its gateway died: the lease runs out and the response ends failed, still alice's.
+    clock.now += 60
+    assert repo.expire_responses() == 1
+    assert repo.get_response(started.id).status == "failed"
+    repo.authorize(alice, [("response", started.id)])
+    with pytest.raises(ResponseNotFound):
+        repo.authorize(bob, [("response", started.id)])

@@ -347,6 +347,23 @@ def test_conversations_and_responses_of_others_are_out_of_reach(
         # Its own conversation is its own.
         mine = ok(key.post("/v1/conversations", json={"items": [{"role": "user", "content": "x"}]}))
         assert mine["id"] in {c["id"] for c in ok(key.get("/v1/conversations"))["data"]}
+    if scope == "write":
+        with client(own_stack, ADMIN) as admin:
+            running = ok(
+                admin.post(
+                    "/v1/responses",
+                    json={"input": "a long job", "background": True, "max_output_tokens": 16},
+                )
+            )["id"]
+        with client(own_stack, world["keys"][scope]) as key:
+            # A background response of another key, running or ended, is out of reach too.
+            for method, path in (("GET", "/v1/responses/{}"), ("POST", "/v1/responses/{}/cancel")):
+                hidden(
+                    key.request(method, path.format(running)),
+                    "response",
+                    running,
+                    key.request(method, path.format(resp_unknown)),
+                )
     with client(own_stack, world["shared"]) as shared:
         # With project_conversations it reaches the project's, its stores still limited.
         assert ok(shared.get(f"/v1/conversations/{conversation}"))["id"] == conversation

@@ -98,6 +98,13 @@ UNCHECKED: dict[str, str] = {
     "AddChunks.file_id": "a file written here, in the vector store's project (ingest.py)",
     "RecordResponse.id": "the new response's id",
     "StartResponse.response.id": "the new response's id",
+    # New items keep the id they were streamed under unless it is taken (then a fresh one).
+    "CreateConversation.items.id": "a new item's id",
+    "AddItems.items.id": "a new item's id",
+    "RecordResponse.inputs.id": "a new item's id",
+    "RecordResponse.outputs.id": "a new item's id",
+    "StartResponse.response.inputs.id": "a new item's id",
+    "StartResponse.response.outputs.id": "a new item's id",
     # The gateway's own calls (ingest workers, audit, key usage) and the operator's (admin
     # routes, which take an admin key): never made on behalf of a project's key.
     "ClaimJobs.worker_id": "ingest workers",
