@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import apsw
 
@@ -405,6 +406,25 @@ ALTER TABLE jobs ADD COLUMN key_name TEXT NOT NULL DEFAULT '';
 """
 
 
+# Chunk full text moves from FTS5 to Tantivy indexes beside the database (fulltext.py says
+# why): the FTS5 tables go, and every collection's index is built from its chunks on first use
+# (no fulltext_indexes row). `fulltext_queue` holds the chunks written since their index last
+# caught up, in the writes' own transactions.
+def _v12_fulltext_outside(conn: apsw.Connection) -> None:
+    keys = conn.execute("SELECT id FROM collections").fetchall()
+    for (key,) in keys:
+        conn.execute(f"DROP TABLE IF EXISTS fts_{int(cast(int, key)):d}")
+    conn.execute(
+        "CREATE TABLE fulltext_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " collection_id INTEGER NOT NULL, chunk_id INTEGER NOT NULL)"
+    )
+    conn.execute("CREATE INDEX fulltext_queue_collection ON fulltext_queue (collection_id, seq)")
+    conn.execute(
+        "CREATE TABLE fulltext_indexes (collection_id INTEGER PRIMARY KEY,"
+        " generation TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -417,6 +437,7 @@ MIGRATIONS: list[Migration] = [
     _v9_fulltext_per_collection,
     _script(_V10_API_KEYS),
     _script(_V11_JOB_KEYS),
+    _v12_fulltext_outside,
 ]
 
 

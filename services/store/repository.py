@@ -29,6 +29,7 @@ from services.store import (
     catalog,
     conversations,
     files,
+    fulltext,
     ingest,
     jobs,
     keys,
@@ -147,6 +148,7 @@ class Repository:
         version = migrations.migrate(self._conn())
         if vectors_available():
             vector_index.create_missing(self._conn())
+        fulltext.for_database(self._conn()).remove_orphans(self._conn())
         return version
 
     @property
@@ -171,11 +173,13 @@ class Repository:
 
     def build_indexes(self, budget_seconds: float = 0.5) -> bool:
         """Advances coarse index builds (vector_index.py) for about `budget_seconds`, one
-        short transaction at a time; True while work remains. The server calls it from a
-        background loop; one caller at a time."""
+        short transaction at a time, and full-text indexes (fulltext.py): applies what is
+        queued, one batch, and rebuilds missing ones; True while work remains. The server
+        calls it from a background loop; one caller at a time."""
         conn = self._conn()
+        texts = self._fulltext_step(conn)
         if not vectors_available():
-            return False
+            return texts
         # Vectors into memory first: searches of a collection not there yet scan SQLite.
         if vector_index.warm(conn, self.index.resident):
             return True
@@ -191,7 +195,17 @@ class Repository:
                 if time.monotonic() >= deadline:
                     return True
             del self._builds[key]
-        return bool(self._builds)
+        return bool(self._builds) or texts
+
+    def _fulltext_step(self, conn: apsw.Connection) -> bool:
+        indexes = fulltext.for_database(conn)
+        busy = indexes.sync(conn)
+        missing = indexes.missing(conn)
+        if missing:
+            busy = indexes.rebuild_step(conn, missing[0]) or busy
+        if not busy:
+            indexes.close_writers()
+        return busy or bool(missing)
 
     # Collections
 
@@ -684,6 +698,7 @@ class Repository:
             found = resident.existing(database_key(conn))
             if found is not None:
                 found.forget()
+            fulltext.for_database(conn).forget()
             self._builds = {}
             version = self.migrate()
         return RestoreResult(

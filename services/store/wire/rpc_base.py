@@ -24,6 +24,7 @@ from services.store.errors import (
     ConversationNotFound,
     DimensionMismatch,
     FileNotFound,
+    FullTextUnavailable,
     InvalidArgument,
     ItemNotFound,
     JobNotFound,
@@ -80,6 +81,7 @@ _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (ReindexRunning, grpc.StatusCode.ABORTED),
     (NoReindex, grpc.StatusCode.FAILED_PRECONDITION),
     (VectorsUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (FullTextUnavailable, grpc.StatusCode.UNAVAILABLE),
 ]
 
 
