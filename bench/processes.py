@@ -78,6 +78,10 @@ class RunningStack:
     def rss(self) -> dict[str, float]:
         return {name: rss_mb(pid) for name, pid in self.pids().items()}
 
+    @property
+    def directory(self) -> Path:
+        return self.db_path.parent
+
     def db_bytes(self) -> int:
         """The database with its write-ahead log, as it stands on disk."""
         wal = self.db_path.with_name(self.db_path.name + "-wal")

@@ -112,6 +112,9 @@ def open_database(path: str | Path, *, checkpoints: bool = True) -> apsw.Connect
     conn = apsw.Connection(str(path))
     try:
         load_vectors(conn)
+        # Only takes on a new, empty file (an older one keeps its mode until a full VACUUM):
+        # free pages can then go back to the disk in slices while writes go on (vacuum.py).
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode = WAL")
         # Under WAL a commit acknowledged to the caller survives a process kill whatever this
         # says; NORMAL only skips the fsync per commit, so a power loss may drop the last

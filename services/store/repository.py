@@ -40,6 +40,7 @@ from services.store import (
     resident,
     responses,
     search,
+    vacuum,
     vector_index,
 )
 from services.store.db import (
@@ -760,7 +761,7 @@ class Repository:
 
     def vacuum(self) -> VacuumResult:
         with self._exclusive("vacuum"):
-            return maintenance.vacuum(
+            return vacuum.vacuum(
                 self._conn(), path=self.path, checkpoint=self._connections.checkpoints
             )
 
