@@ -17,13 +17,16 @@ vacuum after a tenth of the files were deleted. Not in the default run: `--only 
 
 from __future__ import annotations
 
+import math
 import shutil
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import apsw
+import grpc
 import httpx
 
 from bench.context import Context, timed
@@ -40,12 +43,15 @@ from bench.search import (
     via_rest,
     wait_for_index,
 )
-from bench.stats import Row, recall_at_k
+from bench.stats import Row, median, recall_at_k
 from bench.vectors import DataSet, chunk_texts, data_set, long_text
-from services.common.vectors import FloatMatrix
+from services.common.vectors import FloatMatrix, to_bytes
+from services.pb import store_pb2, store_pb2_grpc
 from services.store.search.lexical import fts_query
 
 SCENARIO = "11 limits"
+# The vacuum under load: clients adding files of WRITE_CHUNKS chunks, and searching.
+VACUUM_WRITERS, VACUUM_SEARCHERS, WRITE_CHUNKS = 2, 4, 10
 # Issue 33: the vector half's recall@10 against an exact scan, at every size.
 TARGET_RECALL = 0.98
 # Issue 33: REST p50 (one client) by store size, default (hybrid) and lexical mode.
@@ -140,8 +146,45 @@ def _one_size(
         began = time.perf_counter()
         post_json(http, f"/v1/vector_stores/{store_id}/search", {"query": query_texts[0]})
         figures["first_search_after_restore_s"] = time.perf_counter() - began
-        figures.update(_vacuum(http, store_id))
+        # A restored database's full-text indexes are built again from its chunks.
+        figures["fulltext_rebuilt_after_restore_s"] = _lexical_ready(http, store_id, query_texts)
+        figures.update(_restart(stack, http, store_id, query_texts[1]))
+        figures.update(_vacuum(stack, http, store_id, data, model, query_texts))
     return figures
+
+
+def _lexical_ready(http: httpx.Client, store_id: str, query_texts: Sequence[str]) -> float:
+    """Seconds until a lexical search answers (503 while the full-text index is rebuilt)."""
+    began = time.perf_counter()
+    while True:
+        reply = http.post(
+            f"/v1/vector_stores/{store_id}/search",
+            json={"query": query_texts[0], "mode": "lexical"},
+        )
+        if reply.status_code == 200:
+            return time.perf_counter() - began
+        if reply.status_code != 503 or time.perf_counter() - began > _MAINTENANCE_TIMEOUT:
+            raise RuntimeError(
+                f"lexical search after the restore: {reply.status_code} {reply.text}"
+            )
+        time.sleep(1.0)
+
+
+def _restart(stack: RunningStack, http: httpx.Client, store_id: str, text: str) -> dict[str, float]:
+    """The store stopped and started again: seconds to its first default search's answer
+    (vectors load in the background; searches meanwhile go to SQLite)."""
+    stack.stack.children["store"].stop()
+    began = time.perf_counter()
+    stack.stack.start_service("store")
+    started = time.perf_counter() - began
+    while True:
+        reply = http.post(f"/v1/vector_stores/{store_id}/search", json={"query": text})
+        if reply.status_code == 200:
+            break
+        if time.perf_counter() - began > 600:
+            raise RuntimeError(f"no search after the restart: {reply.status_code} {reply.text}")
+        time.sleep(0.05)
+    return {"restart_s": started, "first_search_after_restart_s": time.perf_counter() - began}
 
 
 def _fts5_baseline(
@@ -184,8 +227,18 @@ def _folder_bytes(folder: Path) -> int:
     return sum(entry.stat().st_size for entry in folder.rglob("*") if entry.is_file())
 
 
-def _vacuum(http: httpx.Client, store_id: str) -> dict[str, float]:
-    """Deletes a tenth of the store's files, then vacuums: an operator's clean-up."""
+def _vacuum(
+    stack: RunningStack,
+    http: httpx.Client,
+    store_id: str,
+    data: DataSet,
+    model: str,
+    query_texts: Sequence[str],
+) -> dict[str, Any]:
+    """Deletes a tenth of the store's files, then vacuums while VACUUM_WRITERS clients add
+    files (AddChunks of WRITE_CHUNKS chunks with vectors, one after the other) and
+    VACUUM_SEARCHERS clients search (REST, default mode): every write's time and every
+    search's outcome while the vacuum runs."""
     files: list[str] = []
     after = ""
     while True:
@@ -202,13 +255,84 @@ def _vacuum(http: httpx.Client, store_id: str) -> dict[str, float]:
     for file_id in doomed:
         http.delete(f"/v1/vector_stores/{store_id}/files/{file_id}").raise_for_status()
     deleted = time.perf_counter() - began
-    vacuum: Any = post_json(http, "/admin/vacuum", {})
+    done = threading.Event()
+    writes: list[float] = []
+    searches: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def writer(number: int) -> None:
+        dims = int(data.vectors.shape[1])
+        with grpc.insecure_channel(stack.store_target) as channel:
+            store = store_pb2_grpc.StoreStub(channel)
+            sent = 0
+            while not done.is_set():
+                rows = [
+                    (number * 7919 + sent * WRITE_CHUNKS + i) % data.size
+                    for i in range(WRITE_CHUNKS)
+                ]
+                began = time.perf_counter()
+                try:
+                    store.AddChunks(
+                        store_pb2.AddChunksRequest(
+                            collection_id=store_id,
+                            file_id=f"file-vacuum-{number}-{sent:06d}",
+                            filename=f"vacuum-{number}-{sent}.txt",
+                            chunks=[
+                                store_pb2.ChunkInput(text=long_text(row, data), token_count=0)
+                                for row in rows
+                            ],
+                            vectors=to_bytes(data.vectors[rows]),
+                            dimensions=dims,
+                            model=model,
+                        ),
+                        timeout=600,
+                    )
+                except grpc.RpcError as error:
+                    with lock:
+                        failures.append(f"write: {error.code()}")
+                with lock:
+                    writes.append(time.perf_counter() - began)
+                sent += 1
+
+    def searcher(number: int) -> None:
+        with httpx.Client(base_url=stack.url, timeout=600) as own:
+            sent = 0
+            while not done.is_set():
+                text = query_texts[(number * 31 + sent) % len(query_texts)]
+                began = time.perf_counter()
+                reply = own.post(f"/v1/vector_stores/{store_id}/search", json={"query": text})
+                with lock:
+                    searches.append(time.perf_counter() - began)
+                    if reply.status_code != 200:
+                        failures.append(f"search: {reply.status_code}")
+                sent += 1
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(VACUUM_WRITERS)]
+    threads += [threading.Thread(target=searcher, args=(n,)) for n in range(VACUUM_SEARCHERS)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(2.0)  # the load runs before the vacuum starts, and after it ends
+        vacuum: Any = post_json(http, "/admin/vacuum", {})
+        time.sleep(2.0)
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join()
     return {
         "deleted_files": len(doomed),
         "delete_s": deleted,
         "vacuum_s": vacuum["seconds"],
         "vacuum_bytes_before": vacuum["bytes_before"],
         "vacuum_bytes_after": vacuum["bytes_after"],
+        "vacuum_writes": len(writes),
+        "vacuum_write_max_s": max(writes, default=math.nan),
+        "vacuum_write_p50_ms": 1000 * median(writes) if writes else math.nan,
+        "vacuum_searches": len(searches),
+        "vacuum_search_p50_ms": 1000 * median(searches) if searches else math.nan,
+        "vacuum_failures": failures[:20],
+        "vacuum_failure_count": len(failures),
     }
 
 
@@ -291,4 +415,35 @@ def _rows(ctx: Context, size: int, f: dict[str, Any]) -> None:
         "s",
         f"after deleting {f['deleted_files']} of the files ({f['delete_s']:.1f} s); "
         f"{f['vacuum_bytes_before'] / 2**20:,.0f} -> {f['vacuum_bytes_after'] / 2**20:,.0f} MiB",
+    )
+    ctx.add(
+        Row(
+            SCENARIO,
+            f"{label}: longest write during the vacuum",
+            f["vacuum_write_max_s"],
+            "s",
+            target=1.0,
+            direction="lower",
+            note=f"{f['vacuum_writes']} writes of {WRITE_CHUNKS} chunks from {VACUUM_WRITERS} "
+            f"clients, p50 {f['vacuum_write_p50_ms']:.0f} ms; {f['vacuum_searches']} searches "
+            f"from {VACUUM_SEARCHERS} clients, p50 {f['vacuum_search_p50_ms']:.0f} ms",
+        )
+    )
+    ctx.add(
+        Row(
+            SCENARIO,
+            f"{label}: failed writes and searches during the vacuum",
+            f["vacuum_failure_count"],
+            "",
+            target=0,
+            direction="lower",
+            note="; ".join(f["vacuum_failures"][:3]),
+        )
+    )
+    add(
+        "first search after a restart",
+        f["first_search_after_restart_s"],
+        "s",
+        f"store up again in {f['restart_s']:.1f} s; its full text rebuilt "
+        f"{f['fulltext_rebuilt_after_restore_s']:.0f} s after a restore",
     )

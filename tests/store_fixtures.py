@@ -347,7 +347,9 @@ def indexed_chunks(folder: Path) -> set[int]:
     index = tantivy.Index(fulltext.SCHEMA, path=str(folder))
     searcher = index.searcher()
     hits = searcher.search(tantivy.Query.all_query(), max(1, searcher.num_docs), count=False).hits
-    return {int(i) for i in searcher.fast_field_values("id", [address for _, address in hits])}
+    return {
+        cast(int, i) for i in searcher.fast_field_values("id", [address for _, address in hits])
+    }
 
 
 def fulltext_invariants(conn: apsw.Connection) -> None:
