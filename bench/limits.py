@@ -23,13 +23,13 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import apsw
 import grpc
 import httpx
 
 from bench.context import Context, timed
+from bench.fts5 import Fts5
 from bench.load import post_json
 from bench.processes import RunningStack, running_stack
 from bench.search import (
@@ -47,7 +47,6 @@ from bench.stats import Row, median, recall_at_k
 from bench.vectors import DataSet, chunk_texts, data_set, long_text
 from services.common.vectors import FloatMatrix, to_bytes
 from services.pb import store_pb2, store_pb2_grpc
-from services.store.search.lexical import fts_query
 
 SCENARIO = "11 limits"
 # The vacuum under load: clients adding files of WRITE_CHUNKS chunks, and searching.
@@ -190,37 +189,22 @@ def _restart(stack: RunningStack, http: httpx.Client, store_id: str, text: str) 
 def _fts5_baseline(
     path: Path, data: DataSet, query_texts: Sequence[str], k: int
 ) -> tuple[Timings, float]:
-    """The store's lexical search before issue 33, in this process on the same texts: one
-    contentless FTS5 table (the tokenizer it had), bm25 of every match, the best k kept."""
-    path.unlink(missing_ok=True)
-    conn = apsw.Connection(str(path))
+    """The store's lexical search before issue 33 (bench/fts5.py) on the same texts, in this
+    process: its latencies and rows, and the seconds its index took to build."""
+    index = Fts5(path)
     try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(
-            "CREATE VIRTUAL TABLE f USING fts5(text, content = '', contentless_delete = 1,"
-            " tokenize = 'porter unicode61 remove_diacritics 2')"
-        )
-        began = time.perf_counter()
-        with conn:
-            conn.executemany(
-                "INSERT INTO f (rowid, text) VALUES (?, ?)",
-                ((row + 1, long_text(row, data)) for row in range(data.size)),
-            )
-        built = time.perf_counter() - began
-        sql = "SELECT rowid FROM f WHERE f MATCH ? ORDER BY bm25(f), rowid LIMIT ?"
+        built = index.add((row + 1, long_text(row, data)) for row in range(data.size))
         for text in query_texts[:5]:
-            conn.execute(sql, (fts_query(text), k)).fetchall()
+            index.ranked(text, k)
         latencies, found = [], []
         for text in query_texts:
             began = time.perf_counter()
-            rows = conn.execute(sql, (fts_query(text), k)).fetchall()
+            rows = index.ranked(text, k)
             latencies.append(time.perf_counter() - began)
-            found.append([cast(int, row[0]) - 1 for row in rows])
+            found.append([chunk - 1 for chunk, _ in rows])
         return Timings(latencies, found), built
     finally:
-        conn.close()
-        for suffix in ("", "-wal", "-shm"):
-            path.with_name(path.name + suffix).unlink(missing_ok=True)
+        index.close()
 
 
 def _folder_bytes(folder: Path) -> int:
