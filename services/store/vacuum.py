@@ -15,7 +15,7 @@ is incremental.
 
 vec0 tables keep the slots of deleted vectors until they are re-packed (vector_index.compact),
 which copies a collection's vectors in one transaction: done here only for collections of up
-to COMPACT_MAX_ROWS chunks (~0.5 s of writes held), so a larger collection keeps its empty
+to COMPACT_MAX_ROWS chunks (one short transaction each), so a larger collection keeps its empty
 slots (`vector_slots` in the stats shows them).
 """
 
@@ -32,11 +32,12 @@ from services.store.db import atomic, vectors_available
 from services.store.maintenance import file_bytes
 from services.store.records import VacuumResult
 
-# Pages moved per transaction: 2,048 pages of 4 KiB (8 MiB) took ~0.1-0.3 s on 2 busy cores.
-STEP_PAGES = 2_048
+# Pages moved per transaction (2 MiB of 4 KiB pages): short enough that a write waiting behind
+# one waits well under a second on 2 busy cores.
+STEP_PAGES = 512
 # Between two slices: writers queued behind one get the lock first.
 PAUSE_SECONDS = 0.02
-COMPACT_MAX_ROWS = 50_000
+COMPACT_MAX_ROWS = 20_000
 INCREMENTAL = 2
 
 
@@ -47,8 +48,8 @@ def _pragma(conn: apsw.Connection, name: str) -> int:
 
 def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> VacuumResult:
     """Compacts the small collections' vector tables and gives the free pages back to the
-    disk, in slices (see the module's docstring); truncates the WAL after unless `checkpoint`
-    is False (Litestream owns checkpoints, see db.open_database)."""
+    disk, in slices (see the module's docstring); copies the WAL back as it goes unless
+    `checkpoint` is False (Litestream owns checkpoints, see db.open_database)."""
     started = time.monotonic()
     before = sum(file_bytes(path))
     compacted = 0
@@ -66,6 +67,9 @@ def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> Vac
         # Once per database: the switch needs the whole file rewritten.
         conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("VACUUM")
+        if checkpoint:
+            # Writes waited for the VACUUM already; the WAL holds the whole file now.
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     else:
         while True:
             with atomic(conn):
@@ -78,8 +82,11 @@ def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> Vac
                 # Moved pages go through the WAL: copy them back as we go, so it stays small.
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             time.sleep(PAUSE_SECONDS)
-    if checkpoint:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        if checkpoint:
+            # PASSIVE: a TRUNCATE (or FULL) checkpoint holds writers while it copies the WAL
+            # back. The next write after it finds the WAL copied, starts it over and cuts it
+            # to journal_size_limit.
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     return VacuumResult(
         bytes_before=before,
         bytes_after=sum(file_bytes(path)),
