@@ -215,9 +215,16 @@ class FullText:
     def catch_up(self, conn: apsw.Connection, key: int) -> None:
         """Applies what is queued for collection `key` (everything committed before this
         call), and builds its index first if it is missing and small; a large one missing
-        raises Unavailable (the background loop builds it)."""
+        raises Unavailable (the background loop builds it), and so does an index that cannot
+        be written now (a full disk)."""
         if key in self._open and _last_queued(conn, key) is None:
             return
+        try:
+            self._catch_up(conn, key)
+        except (ValueError, OSError, apsw.FullError) as error:
+            raise Unavailable(f"the full-text index cannot be written now: {error}") from None
+
+    def _catch_up(self, conn: apsw.Connection, key: int) -> None:
         with self._lock:
             if key not in self._open and not self._attach(conn, key):
                 rows = _chunk_count(conn, key)
@@ -275,19 +282,28 @@ class FullText:
                 conn.execute("DELETE FROM fulltext_queue WHERE collection_id = ?", (key,))
             return False
         found = self._open[key]
-        if found.writer is None:
-            found.writer = found.index.writer(WRITER_HEAP, 1)
-        writer = found.writer
         latest: dict[int, tuple[str | None, str | None]] = {}
         for _, chunk, text, file_id in rows:
             latest[cast(int, chunk)] = (cast(str | None, text), cast(str | None, file_id))
-        for chunk, (text, file_id) in latest.items():
-            writer.delete_documents_by_term("id", chunk)
-            if text is not None and file_id is not None:
-                writer.add_document(_document(chunk, file_id, text))
-        writer.commit()
-        found.index.reload()
-        found.searcher = found.index.searcher()
+        try:
+            if found.writer is None:
+                found.writer = found.index.writer(WRITER_HEAP, 1)
+            writer = found.writer
+            for chunk, (text, file_id) in latest.items():
+                writer.delete_documents_by_term("id", chunk)
+                if text is not None and file_id is not None:
+                    writer.add_document(_document(chunk, file_id, text))
+            writer.commit()
+            found.index.reload()
+            found.searcher = found.index.searcher()
+        except (ValueError, OSError) as error:
+            # A full disk, most likely: the rows stay queued for the next try.
+            if found.writer is not None:
+                found.writer.rollback()
+                found.writer = None
+            raise Unavailable(
+                f"the full-text index cannot take the latest writes now ({error}); retry later"
+            ) from None
         with atomic(conn):
             conn.execute(
                 "DELETE FROM fulltext_queue WHERE collection_id = ? AND seq <= ?", (key, last)

@@ -7,6 +7,7 @@ it is thread-safe) with the store's clock and settings. No gRPC here; store/wire
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -91,6 +92,8 @@ from services.store.search import items as item_search
 from services.store.search.filters import Filter
 
 DEFAULT_LIST_LIMIT = 20
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -200,10 +203,15 @@ class Repository:
 
     def _fulltext_step(self, conn: apsw.Connection) -> bool:
         indexes = fulltext.for_database(conn)
-        busy = indexes.sync(conn)
-        missing = indexes.missing(conn)
-        if missing:
-            busy = indexes.rebuild_step(conn, missing[0]) or busy
+        try:
+            busy = indexes.sync(conn)
+            missing = indexes.missing(conn)
+            if missing:
+                busy = indexes.rebuild_step(conn, missing[0]) or busy
+        except (fulltext.Unavailable, OSError, ValueError) as error:
+            # The disk is full, most likely; what is queued stays queued.
+            log.warning("full-text indexes wait: %s", error)
+            return False
         if not busy:
             indexes.close_writers()
         return busy or bool(missing)

@@ -28,7 +28,7 @@ from typing import cast
 import apsw
 
 from services.store import vector_index
-from services.store.db import atomic, vectors_available
+from services.store.db import BUSY_TIMEOUT_MS, atomic, vectors_available
 from services.store.maintenance import file_bytes
 from services.store.records import VacuumResult
 
@@ -83,10 +83,18 @@ def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> Vac
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             time.sleep(PAUSE_SECONDS)
         if checkpoint:
-            # PASSIVE: a TRUNCATE (or FULL) checkpoint holds writers while it copies the WAL
-            # back. The next write after it finds the WAL copied, starts it over and cuts it
-            # to journal_size_limit.
+            # The WAL back into the file without holding writers (PASSIVE), then cut to
+            # nothing if no writer is in the way right now: a TRUNCATE checkpoint holds
+            # writers while it runs, but with the frames already copied that is only the cut.
+            # Busy, the WAL stays until the next write starts it over (journal_size_limit).
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            conn.set_busy_timeout(0)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except apsw.BusyError:
+                pass
+            finally:
+                conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     return VacuumResult(
         bytes_before=before,
         bytes_after=sum(file_bytes(path)),
