@@ -5,7 +5,7 @@ recall@1, recall@10 and MRR@10 as scenario 9 counts them. Queries are split into
 (even and odd) so that a setting chosen on one is checked on the other.
 
     RAGD_BENCH_KEEP_DATA=1 python -m bench --only quality --out DIR   # keeps DIR/<run>/quality
-    python -m bench.fusion DIR/<run>                                  # prints the table
+    python -m bench.fusion DIR/<run> [DOCUMENTS]                      # prints the table
 
 The query vectors are embedded in this process once (cached beside the run).
 """
@@ -85,7 +85,8 @@ def main(argv: Sequence[str]) -> int:
     run_dir = Path(argv[0])
     cache = run_dir.parent / "cache"
     every, _ = load(cache)
-    pairs = corpus(every, 2000)
+    # The run's --quick size is 150 documents, the default 2,000.
+    pairs = corpus(every, int(argv[1]) if len(argv) > 1 else 2000)
     queries = [pair.query for pair in pairs]
     vectors_file = run_dir / "fusion-queries.npy"
     if vectors_file.exists():
