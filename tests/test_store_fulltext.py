@@ -5,6 +5,7 @@ that gives space back in slices."""
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import apsw
@@ -79,6 +80,26 @@ def test_a_search_sees_every_write_committed_before_it(repo: Repository, vs_id: 
     repo.detach_file(vs_id, "file-c")
     assert lexical(repo, vs_id, "orbit") == []
     assert lexical(repo, vs_id, "ships lighthouse") == ["file-a"]
+
+
+def test_a_search_never_waits_for_the_write_lock(repo: Repository, vs_id: str) -> None:
+    add(repo, vs_id, "file-a")
+    hog = open_database(repo.path)
+    try:
+        hog.execute("BEGIN IMMEDIATE")
+        began = time.monotonic()
+        # The index catches up; the queue rows stay until the lock is free.
+        assert lexical(repo, vs_id, "lighthouse") == ["file-a"]
+        assert lexical(repo, vs_id, "fog") == ["file-a"]
+        assert time.monotonic() - began < 2.0  # the busy timeout is 5 s
+        hog.execute("COMMIT")
+    finally:
+        hog.close()
+    assert queued(repo) == 2
+    while repo.build_indexes():
+        pass
+    assert queued(repo) == 0
+    assert lexical(repo, vs_id, "lighthouse") == ["file-a"]
 
 
 def test_rows_applied_again_after_a_crash_change_nothing(repo: Repository, vs_id: str) -> None:

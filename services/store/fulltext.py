@@ -38,7 +38,7 @@ from typing import cast
 import apsw
 import tantivy
 
-from services.store.db import atomic, database_key
+from services.store.db import atomic, database_key, try_write
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +91,14 @@ def tokens(word: str) -> list[str]:
 
 
 def create(conn: apsw.Connection, key: int) -> None:
-    """A new collection's index: empty, its folder made when first used (every chunk added
-    until then is queued)."""
+    """A new collection's index, empty, in the caller's transaction: its folder is made now
+    (a rolled back transaction leaves it to remove_orphans; keys are never reused), so no
+    search ever waits to make it."""
+    generation = secrets.token_hex(8)
+    for_database(conn).make_empty(key, generation)
     conn.execute(
-        "INSERT OR REPLACE INTO fulltext_indexes (collection_id, generation) VALUES (?, '')",
-        (key,),
+        "INSERT OR REPLACE INTO fulltext_indexes (collection_id, generation) VALUES (?, ?)",
+        (key, generation),
     )
 
 
@@ -132,6 +135,9 @@ class _Index:
     index: tantivy.Index
     searcher: tantivy.Searcher
     writer: tantivy.IndexWriter | None = None
+    # Queue rows up to here are in the index (committed); deleting them from the queue may
+    # wait for the write lock, which a search never does (their deletion is best effort).
+    applied: int = 0
 
 
 @dataclass
@@ -217,7 +223,8 @@ class FullText:
         call), and builds its index first if it is missing and small; a large one missing
         raises Unavailable (the background loop builds it), and so does an index that cannot
         be written now (a full disk)."""
-        if key in self._open and _last_queued(conn, key) is None:
+        found = self._open.get(key)
+        if found is not None and (_last_queued(conn, key) or 0) <= found.applied:
             return
         try:
             self._catch_up(conn, key)
@@ -238,7 +245,7 @@ class FullText:
                 while self.rebuild_step(conn, key):
                     pass
             upto = _last_queued(conn, key)
-            while upto is not None and self._apply(conn, key, upto):
+            while upto is not None and self._apply(conn, key, upto, wait=False):
                 pass
 
     def sync(self, conn: apsw.Connection) -> bool:
@@ -257,31 +264,40 @@ class FullText:
                     continue
                 if key not in self._open and not self._attach(conn, key):
                     if _chunk_count(conn, key) is None:
-                        self._apply(conn, key, None)  # deleted: drops the folder
+                        self._apply(conn, key, None, wait=True)  # deleted: drops the folder
                     continue
-                busy = self._apply(conn, key, None) or busy
+                busy = self._apply(conn, key, None, wait=True) or busy
             return busy
 
-    def _apply(self, conn: apsw.Connection, key: int, upto: int | None) -> bool:
-        """Applies up to BATCH queued rows of `key` (up to queue row `upto`); True if more
-        remain up to it."""
+    def _apply(self, conn: apsw.Connection, key: int, upto: int | None, wait: bool) -> bool:
+        """Applies up to BATCH queued rows of `key` (up to queue row `upto`) not applied yet;
+        True if more remain up to it. Then deletes the applied rows from the queue: waiting
+        for the write lock if `wait`, else only if it is free (a search's catch-up)."""
+        found = self._open.get(key)
+        done = found.applied if found is not None else 0
         with atomic(conn, write=False):
             rows = conn.execute(
                 "SELECT q.seq, q.chunk_id, c.text, c.file_id FROM fulltext_queue AS q"
                 " LEFT JOIN chunks AS c ON c.id = q.chunk_id AND c.collection_id = q.collection_id"
-                " WHERE q.collection_id = ? AND q.seq <= ? ORDER BY q.seq LIMIT ?",
-                (key, upto if upto is not None else 2**62, BATCH),
+                " WHERE q.collection_id = ? AND q.seq > ? AND q.seq <= ? ORDER BY q.seq LIMIT ?",
+                (key, done, upto if upto is not None else 2**62, BATCH),
             ).fetchall()
             exists = _chunk_count(conn, key) is not None
-        if not rows:
-            return False
-        last = cast(int, rows[-1][0])
         if not exists:
             self._discard(key)
-            with atomic(conn):
-                conn.execute("DELETE FROM fulltext_queue WHERE collection_id = ?", (key,))
+            _forget_queued(conn, key, 2**62, wait)
             return False
-        found = self._open[key]
+        if found is None:
+            return False
+        if rows:
+            self._write(found, rows)
+            found.applied = cast(int, rows[-1][0])
+        if found.applied and (wait or rows):
+            _forget_queued(conn, key, found.applied, wait)
+        return len(rows) == BATCH
+
+    def _write(self, found: _Index, rows: Sequence[Sequence[object]]) -> None:
+        """Makes the index hold each row's chunk as the database has it (or not at all)."""
         latest: dict[int, tuple[str | None, str | None]] = {}
         for _, chunk, text, file_id in rows:
             latest[cast(int, chunk)] = (cast(str | None, text), cast(str | None, file_id))
@@ -304,11 +320,6 @@ class FullText:
             raise Unavailable(
                 f"the full-text index cannot take the latest writes now ({error}); retry later"
             ) from None
-        with atomic(conn):
-            conn.execute(
-                "DELETE FROM fulltext_queue WHERE collection_id = ? AND seq <= ?", (key, last)
-            )
-        return len(rows) == BATCH
 
     # Opening and rebuilding
 
@@ -324,9 +335,6 @@ class FullText:
             queued = _last_queued(conn, key) is not None
         if row is None or chunks is None or key in self._rebuilds:
             return False
-        if row[0] == "":
-            self._start_empty(conn, key)
-            return True
         try:
             generation = (folder / _GENERATION_FILE).read_text(encoding="utf-8").strip()
         except OSError:
@@ -350,22 +358,16 @@ class FullText:
         self._open[key] = _Index(index, searcher)
         return True
 
-    def _start_empty(self, conn: apsw.Connection, key: int) -> None:
-        """Makes the folder of a collection whose chunks are all still queued."""
-        folder = self.root / str(key)
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True, mode=0o700)
-        generation = secrets.token_hex(8)
-        index = _open_index(folder)
-        (folder / _GENERATION_FILE).write_text(generation, encoding="utf-8")
-        _fsync_tree(folder)
-        _fsync_dir(self.root)
-        with atomic(conn):
-            conn.execute(
-                "UPDATE fulltext_indexes SET generation = ? WHERE collection_id = ?",
-                (generation, key),
-            )
-        self._open[key] = _Index(index, index.searcher())
+    def make_empty(self, key: int, generation: str) -> None:
+        """The folder of a new collection's index, empty, of `generation`."""
+        with self._lock:
+            folder = self.root / str(key)
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True, mode=0o700)
+            _open_index(folder)
+            (folder / _GENERATION_FILE).write_text(generation, encoding="utf-8")
+            _fsync_tree(folder)
+            _fsync_dir(self.root)
 
     def missing(self, conn: apsw.Connection) -> list[int]:
         """Collections whose index is not open and cannot be: the rebuilds to run."""
@@ -495,6 +497,20 @@ def _chunk_count(conn: apsw.Connection, key: int) -> int | None:
     """The collection's chunks, None if it does not exist."""
     row = conn.execute("SELECT chunk_count FROM collections WHERE id = ?", (key,)).fetchone()
     return None if row is None else cast(int, row[0])
+
+
+def _forget_queued(conn: apsw.Connection, key: int, upto: int, wait: bool) -> None:
+    """Deletes the queue rows of `key` up to `upto`, now or (not `wait`, the write lock busy)
+    on a later try: they are applied already, and applying them again changes nothing."""
+
+    def work(conn: apsw.Connection) -> None:
+        conn.execute("DELETE FROM fulltext_queue WHERE collection_id = ? AND seq <= ?", (key, upto))
+
+    if wait:
+        with atomic(conn):
+            work(conn)
+    else:
+        try_write(conn, work)
 
 
 def _last_queued(conn: apsw.Connection, key: int) -> int | None:
