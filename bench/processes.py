@@ -5,6 +5,8 @@ Both are timed from spawn to ready (cold start) and measured for resident memory
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -78,6 +80,10 @@ class RunningStack:
     def rss(self) -> dict[str, float]:
         return {name: rss_mb(pid) for name, pid in self.pids().items()}
 
+    @property
+    def directory(self) -> Path:
+        return self.db_path.parent
+
     def db_bytes(self) -> int:
         """The database with its write-ahead log, as it stands on disk."""
         wal = self.db_path.with_name(self.db_path.name + "-wal")
@@ -133,9 +139,14 @@ def running_stack(
         yield RunningStack(stack, cold, data_dir / "ragd.db")
     finally:
         stack.stop()
-        # The logs stay with the results; a database of 100k vectors need not.
-        for path in data_dir.glob("ragd.db*"):
-            path.unlink()
+        # The logs stay with the results; a database of 100k vectors need not (unless asked:
+        # RAGD_BENCH_KEEP_DATA=1 keeps it for a later look).
+        kept = os.environ.get("RAGD_BENCH_KEEP_DATA") == "1"
+        for path in [] if kept else data_dir.glob("ragd.db*"):
+            if path.is_dir():
+                shutil.rmtree(path)  # the full-text indexes
+            else:
+                path.unlink()
 
 
 @dataclass

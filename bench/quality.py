@@ -15,7 +15,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+import apsw
 import httpx
 import numpy as np
 
@@ -94,8 +96,9 @@ def _quality_rows(name: str, quality: Quality, note: str = "") -> list[Row]:
     ]
 
 
-def _peer(ctx: Context, pairs: Sequence[Pair]) -> tuple[Quality, float, int] | None:
-    """Llama Stack's method on torch: quality, ingest seconds and chunks; None without torch."""
+def _peer(ctx: Context, pairs: Sequence[Pair]) -> tuple[Quality, float, int, int] | None:
+    """Llama Stack's method on torch: quality, ingest seconds, chunks and the tokens the model
+    read; None without torch."""
     try:
         import torch
         from sentence_transformers import SentenceTransformer
@@ -111,12 +114,14 @@ def _peer(ctx: Context, pairs: Sequence[Pair]) -> tuple[Quality, float, int] | N
     began = time.perf_counter()
     chunks: list[str] = []
     owners: list[int] = []
+    read = 0
     for doc, pair in enumerate(pairs):
         ids = tokenizer(pair.text, add_special_tokens=False)["input_ids"]
         step = PEER_WINDOW - PEER_OVERLAP
         for start in range(0, max(1, len(ids) - PEER_OVERLAP), step):
             chunks.append(tokenizer.decode(ids[start : start + PEER_WINDOW]))
             owners.append(doc)
+            read += min(PEER_MODEL_TOKENS, len(ids[start : start + PEER_WINDOW]))
     vectors = model.encode(chunks, batch_size=32, normalize_embeddings=True)
     seconds = time.perf_counter() - began
     queries = model.encode([p.query for p in pairs], batch_size=32, normalize_embeddings=True)
@@ -126,7 +131,19 @@ def _peer(ctx: Context, pairs: Sequence[Pair]) -> tuple[Quality, float, int] | N
     for row in scores:
         order = owner[np.argsort(-row)]
         ranked.append(list(dict.fromkeys(order.tolist()))[:K])
-    return Quality.of(ranked, list(range(len(pairs)))), seconds, len(chunks)
+    return Quality.of(ranked, list(range(len(pairs)))), seconds, len(chunks), read
+
+
+def _tokens(db_path: Path) -> int:
+    """The tokens of every chunk the store holds (what the embedder read)."""
+    conn = apsw.Connection(
+        f"file:{db_path}?mode=ro", flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI
+    )
+    try:
+        row = conn.execute("SELECT coalesce(sum(token_count), 0) FROM chunks").fetchone()
+        return int(row[0]) if row is not None else 0
+    finally:
+        conn.close()
 
 
 def run(ctx: Context) -> None:
@@ -154,12 +171,17 @@ def run(ctx: Context) -> None:
             mode or "default": (Quality.of(ranked, right), latencies)
             for mode, (ranked, latencies) in found.items()
         }
+        tokens = _tokens(stack.db_path)
     docs_per_s = len(docs) / ingested.seconds
-    detail.update(ingest_seconds=ingested.seconds, chunks=ingested.chunks)
+    detail.update(ingest_seconds=ingested.seconds, chunks=ingested.chunks, tokens=tokens)
     with timed(ctx, "quality: peer baseline (sentence-transformers, Llama Stack's chunking)"):
         peer = _peer(ctx, pairs)
     if peer is None:
         ctx.add(not_available(SCENARIO, "peer baseline", "sentence-transformers not installed"))
+    # No target on docs/s against the peer (issue 33): ragd embeds every token of a document,
+    # the peer about half of each window, so the ratio says how much each embeds, not how
+    # fast. The pipeline's own cost is scenario 2's (ingest against in-process embedding).
+    peer_note = f"; peer {peer[3] / peer[1]:,.0f} tokens/s" if peer else ""
     ctx.add(
         Row(
             SCENARIO,
@@ -168,8 +190,8 @@ def run(ctx: Context) -> None:
             "docs/s",
             baseline_name="peer: sentence-transformers, 512/128-token chunks" if peer else "",
             baseline=len(docs) / peer[1] if peer else float("nan"),
-            target=1.5 if peer else None,
-            note=f"{ingested.chunks / ingested.seconds:.1f} chunks/s",
+            note=f"{ingested.chunks / ingested.seconds:.1f} chunks/s, "
+            f"{tokens / ingested.seconds:,.0f} tokens/s{peer_note}",
         )
     )
     for label, (quality, latencies) in results.items():
@@ -187,7 +209,7 @@ def run(ctx: Context) -> None:
             ctx.add(row)
         detail[label] = vars(quality)
     if peer is not None:
-        quality, seconds, chunks = peer
-        detail["peer"] = {**vars(quality), "seconds": seconds, "chunks": chunks}
+        quality, seconds, chunks, read = peer
+        detail["peer"] = {**vars(quality), "seconds": seconds, "chunks": chunks, "tokens": read}
         for row in _quality_rows("peer (Llama Stack's method)", quality, f"{chunks} chunks"):
             ctx.add(row)

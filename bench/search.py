@@ -243,18 +243,18 @@ def via_grpc(
 
 
 def via_grpc_lexical(
-    target: str, store_id: str, texts: Sequence[str], clients: int, k: int
+    target: str, store_id: str, texts: Sequence[str], clients: int, k: int, timeout: float = 60
 ) -> Timings:
     """The store's own lexical (bm25) search of each text."""
     requests = [
         store_pb2.SearchRequest(collection_id=store_id, mode="lexical", query_text=text, k=k)
         for text in texts
     ]
-    return _store_searches(target, requests, clients)
+    return _store_searches(target, requests, clients, timeout)
 
 
 def _store_searches(
-    target: str, requests: Sequence[store_pb2.SearchRequest], clients: int
+    target: str, requests: Sequence[store_pb2.SearchRequest], clients: int, timeout: float = 60
 ) -> Timings:
     def session() -> tuple[grpc.Channel, store_pb2_grpc.StoreStub]:
         channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
@@ -263,7 +263,7 @@ def _store_searches(
     def call(
         own: tuple[grpc.Channel, store_pb2_grpc.StoreStub], request: store_pb2.SearchRequest
     ) -> list[int]:
-        reply = own[1].Search(request, timeout=60)
+        reply = own[1].Search(request, timeout=timeout)
         return _rows_of([hit.text for hit in reply.hits])
 
     result = run_load(requests, clients, session, call, lambda own: own[0].close())

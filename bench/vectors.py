@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from services.common.vectors import FloatMatrix
 
@@ -26,21 +27,64 @@ EMBED_BATCH = 64
 Embed = Callable[[Sequence[str]], FloatMatrix]
 
 
+# Words of a realistic chunk: the gateway cuts pages into the model's 256-token window, ~180
+# words of man-page English.
+CHUNK_WORDS = 180
+
+
 @dataclass(frozen=True)
 class DataSet:
     vectors: FloatMatrix
     # Row i < real is the embedding of texts[i]; later rows are derived (see derive()).
     real: int
     texts: list[str]
+    # The two real rows each derived row mixes (row real + j mixes first[j] and second[j]).
+    first: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    second: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def size(self) -> int:
         return int(self.vectors.shape[0])
 
 
+def chunk_texts(snippets: Sequence[str], words: int = CHUNK_WORDS) -> list[str]:
+    """Realistic chunk texts, one per snippet: the snippet followed by the next ones (mostly
+    the following paragraphs of its page) up to `words` words, as a chunk of a page starts
+    at one paragraph and runs on."""
+    split = [snippet.split() for snippet in snippets]
+    texts = []
+    for start in range(len(split)):
+        taken: list[str] = []
+        row = start
+        while len(taken) < words and row < start + len(split):
+            taken += split[row % len(split)]
+            row += 1
+        texts.append(" ".join(taken[:words]))
+    return texts
+
+
+def long_text(row: int, data: DataSet) -> str:
+    """Row `row`'s chunk text ("#<row> " first): a real row's own text; a derived row the
+    first halves of its two parents' texts, the way its vector mixes theirs."""
+    if row < data.real:
+        text = data.texts[row]
+    else:
+        a = data.texts[int(data.first[row - data.real])].split()
+        b = data.texts[int(data.second[row - data.real])].split()
+        text = " ".join(a[: len(a) // 2] + b[: len(b) // 2])
+    return f"#{row} {text}"
+
+
 def derive(real: FloatMatrix, count: int, seed: int = 0) -> FloatMatrix:
     """`count` unit vectors, each normalize(w * a + (1 - w) * b) for two distinct random real
     rows a, b and w uniform in [0.3, 0.7]."""
+    return derive_with_parents(real, count, seed)[0]
+
+
+def derive_with_parents(
+    real: FloatMatrix, count: int, seed: int = 0
+) -> tuple[FloatMatrix, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """derive(), with the rows a and b of each derived vector."""
     rng = np.random.default_rng(seed)
     n = real.shape[0]
     if n < 2:
@@ -51,7 +95,7 @@ def derive(real: FloatMatrix, count: int, seed: int = 0) -> FloatMatrix:
     mixed = weight * real[first] + (1 - weight) * real[second]
     mixed /= np.linalg.norm(mixed, axis=1, keepdims=True)
     result: FloatMatrix = mixed.astype(np.float32)
-    return result
+    return result, first.astype(np.int64), second.astype(np.int64)
 
 
 def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
@@ -102,8 +146,14 @@ def data_set(real: FloatMatrix, texts: Sequence[str], size: int, seed: int = 0) 
     """`size` rows: the first min(size, len(real)) real ones, then derived mixes."""
     count = min(size, real.shape[0])
     rows = real[:count]
+    first = second = np.zeros(0, dtype=np.int64)
     if size > count:
-        rows = np.vstack([rows, derive(real, size - count, seed)])
+        derived, first, second = derive_with_parents(real, size - count, seed)
+        rows = np.vstack([rows, derived])
     return DataSet(
-        vectors=np.ascontiguousarray(rows, dtype=np.float32), real=count, texts=list(texts[:count])
+        vectors=np.ascontiguousarray(rows, dtype=np.float32),
+        real=count,
+        texts=list(texts[:count]),
+        first=first,
+        second=second,
     )

@@ -16,7 +16,7 @@ from bench.corpus import paragraphs
 from bench.profile import summarize
 from bench.report import BEGIN, END, fmt, publish, table
 from bench.stats import Row, not_available, percentile, recall_at_k
-from bench.vectors import data_set, derive, real_vectors
+from bench.vectors import chunk_texts, data_set, derive, long_text, real_vectors
 from services.common.vectors import FloatMatrix
 
 
@@ -112,6 +112,25 @@ def test_data_set_keeps_real_rows_first() -> None:
     np.testing.assert_array_equal(data.vectors[:10], real)
     small = data_set(real, [f"t{i}" for i in range(10)], 4)
     assert (small.size, small.real) == (4, 4)
+
+
+def test_chunk_texts_run_on_to_the_next_snippets_and_derived_rows_mix_their_parents() -> None:
+    snippets = [f"s{i} " + " ".join(f"w{i}" for _ in range(3)) for i in range(6)]
+    texts = chunk_texts(snippets, words=10)
+    # Each starts at its own snippet and runs on into the next ones, wrapping at the end.
+    assert texts[0].split() == ["s0", *["w0"] * 3, "s1", *["w1"] * 3, "s2", "w2"]
+    assert texts[5].split()[:5] == ["s5", *["w5"] * 3, "s0"]
+    real = _unit_rows(6)
+    data = data_set(real, texts, 9)
+    assert long_text(2, data) == f"#2 {texts[2]}"
+    for row in range(6, 9):
+        a = texts[int(data.first[row - 6])].split()
+        b = texts[int(data.second[row - 6])].split()
+        assert long_text(row, data).split()[1:] == a[:5] + b[:5]
+    # The parents are the rows the derived vector mixes: it lies between them.
+    mixed = data.vectors[6]
+    parents = real[[int(data.first[0]), int(data.second[0])]]
+    assert float((parents @ mixed).min()) > float(np.sort(real @ mixed)[0])
 
 
 def test_real_vectors_embed_only_what_the_cache_lacks(tmp_path: Path) -> None:

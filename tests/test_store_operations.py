@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.store import audit, cache
+from services.store import audit, cache, fulltext
 from services.store.db import open_database
 from services.store.errors import BackupExists, InvalidArgument, ModelMismatch
 from services.store.maintenance import file_bytes
@@ -23,6 +23,7 @@ from tests.store_fixtures import (
     check_fts_index,
     check_invariants,
     finish,
+    indexed_chunks,
     unit_vectors,
     upload,
 )
@@ -206,8 +207,12 @@ def test_deleting_frees_rows_and_vacuum_gives_the_space_back(repo: Repository) -
     assert scalar(repo.path, "SELECT count(*) FROM chunks") == 1400
     assert scalar(repo.path, f"SELECT count(*) FROM vec_{key}") == 1400
     assert scalar(repo.path, "SELECT count(*) FROM files") == 4
-    # The lexical index dropped the deleted chunks too; the dropped store's table is gone.
-    assert scalar(repo.path, f"SELECT count(*) FROM fts_{key}_docsize") == 1400
+    # The lexical index drops the deleted chunks too, and the dropped store's index goes.
+    while repo.build_indexes():
+        pass
+    assert scalar(repo.path, "SELECT count(*) FROM fulltext_queue") == 0
+    assert len(indexed_chunks(fulltext.directory(repo.path) / str(key))) == 1400
+    assert [entry.name for entry in fulltext.directory(repo.path).iterdir()] == [str(key)]
     check_fts_index(repo.path)
     (collection,) = repo.stats().database.collections
     assert (collection.chunks, collection.vectors) == (1400, 1400)

@@ -17,7 +17,7 @@ import apsw
 import pytest
 
 from services.common.vocabulary import LEXICAL
-from services.store import fulltext, migrations, schema_check, vector_index
+from services.store import migrations, schema_check, vector_index
 from services.store.db import load_vectors
 from services.store.errors import BackupUnusable, InvalidArgument
 from services.store.repository import OperationsSettings, Repository
@@ -106,7 +106,7 @@ HOSTILE: dict[str, tuple[str, str]] = {
         "ALTER TABLE files ADD COLUMN extra TEXT",
         "table 'files' differs",
     ),
-    "a missing full-text table": ("DROP TABLE fts_1", "table 'fts_1' is missing"),
+    "a missing full-text queue": ("DROP TABLE fulltext_queue", "table 'fulltext_queue' is missing"),
     "a vector table of a vector store it lacks": (
         f"CREATE VIRTUAL TABLE vec_99 USING vec0(embedding float[{DIMS}] distance_metric=cosine)",
         "table 'vec_99' is not one of ragd's",
@@ -125,12 +125,13 @@ HOSTILE: dict[str, tuple[str, str]] = {
         "table 'vec_99_rowids' is not one of ragd's",
     ),
     "an index on a shadow table": (
-        "CREATE INDEX evil ON fts_1_data (block)",
+        "CREATE INDEX evil ON items_fts_data (block)",
         "index 'evil' is not one of ragd's",
     ),
     # SQLite's own check reads full-text tables: this one is refused before the schema's.
     "a broken full-text table": (
-        "DROP TABLE fts_1_config; CREATE TABLE fts_1_config (k PRIMARY KEY, v) WITHOUT ROWID",
+        "DROP TABLE items_fts_config;"
+        " CREATE TABLE items_fts_config (k PRIMARY KEY, v) WITHOUT ROWID",
         "cannot be read: invalid fts5 file format",
     ),
 }
@@ -209,8 +210,8 @@ def test_an_older_backup_is_checked_and_migrated_before_it_replaces_anything(
     with conn:
         collection_row(conn, 1)
         if version >= schema_check.FULLTEXT_PER_STORE_SINCE:
-            fulltext.create(conn, 1)
-            fulltext.add(conn, 1, [(1, "an old chunk of text")])
+            migrations.v9_fulltext_table(conn, 1)
+            conn.execute("INSERT INTO fts_1 (rowid, text) VALUES (1, 'an old chunk of text')")
         conn.execute(f"PRAGMA user_version = {version:d}")
     conn.close()
     add_store(repo, "current")

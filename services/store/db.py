@@ -112,13 +112,18 @@ def open_database(path: str | Path, *, checkpoints: bool = True) -> apsw.Connect
     conn = apsw.Connection(str(path))
     try:
         load_vectors(conn)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
+        if conn.execute("PRAGMA page_count").fetchone() == (0,):
+            # A new, empty file: free pages can go back to the disk in slices while writes
+            # go on (vacuum.py). (An older file keeps its mode until a full VACUUM; setting
+            # it on every open would take the write lock.)
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode = WAL")
         # Under WAL a commit acknowledged to the caller survives a process kill whatever this
         # says; NORMAL only skips the fsync per commit, so a power loss may drop the last
         # commits but never corrupts the database.
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS:d}")
         # Vector scans read every vector blob; through mmap they skip a copy per page
         # (sqlite-vec's exhaustive KNN at 100k x 384 went from ~95 to ~50 ms). Address space
         # only: pages are shared with the OS cache, not counted twice.

@@ -97,6 +97,10 @@ class VectorsUnavailable(StoreError):
     """The store runs without sqlite-vec (lexical-only) and the call needs vector tables."""
 
 
+class FullTextUnavailable(StoreError):
+    """A vector store's full-text index is being rebuilt from its chunks."""
+
+
 class StorageFull(StoreError):
     """The disk under the database (or the backup directory) has no room for the write."""
 

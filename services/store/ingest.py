@@ -88,11 +88,7 @@ def insert_chunks(
         "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
         (key, file_id),
     ).fetchall()
-    fulltext.add(
-        conn,
-        key,
-        [(cast(int, row[0]), chunk.text) for row, chunk in zip(ids, chunks, strict=True)],
-    )
+    fulltext.add(conn, key, [cast(int, row[0]) for row in ids])
     if vectors is None:
         return
     vector_index.insert(

@@ -33,7 +33,6 @@ from services.store.records import (
     BackupResult,
     CollectionStats,
     DatabaseStats,
-    VacuumResult,
 )
 from services.store.vector_index import vec_table
 
@@ -330,35 +329,6 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _compact(conn: apsw.Connection, key: int) -> bool:
-    """One transaction per vector store (vector_index.compact)."""
-    with atomic(conn):
-        return vector_index.compact(conn, key)
-
-
-def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> VacuumResult:
-    """Compacts fragmented vector tables, rebuilds the file and truncates the WAL (unless
-    `checkpoint` is False: Litestream owns checkpoints, see db.open_database).
-
-    Writers wait while it runs (readers do not); VACUUM needs free disk space of up to twice
-    the database's size meanwhile.
-    """
-    started = time.monotonic()
-    before = sum(file_bytes(path))
-    keys = [int(row[0]) for row in conn.execute("SELECT id FROM collections ORDER BY id")]
-    # Without sqlite-vec its tables cannot be rebuilt; VACUUM still compacts the file.
-    compacted = sum(1 for key in keys if vectors_available() and _compact(conn, key))
-    conn.execute("VACUUM")
-    if checkpoint:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return VacuumResult(
-        bytes_before=before,
-        bytes_after=sum(file_bytes(path)),
-        seconds=time.monotonic() - started,
-        compacted=compacted,
-    )
 
 
 def _scalar(conn: apsw.Connection, sql: str) -> int:

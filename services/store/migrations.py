@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import apsw
 
@@ -341,6 +342,15 @@ ALTER TABLE collections ADD COLUMN max_input_tokens INTEGER NOT NULL DEFAULT 0;
 """
 
 
+def v9_fulltext_table(conn: apsw.Connection, key: int) -> None:
+    """A collection's full-text table as schema versions 9 to 13 made it (schema_check.py
+    compares older backups with it)."""
+    conn.execute(
+        f"CREATE VIRTUAL TABLE fts_{key:d} USING fts5(text, content = '',"
+        " contentless_delete = 1, tokenize = 'porter unicode61 remove_diacritics 2')"
+    )
+
+
 # One full-text table per collection, fts_<key> (services/store/fulltext.py says why),
 # contentless with deletes by rowid, filled from the chunks; the shared chunks_fts and its
 # triggers go. The DDL is written out here, not taken from fulltext.py, so that this
@@ -352,10 +362,7 @@ def _v9_fulltext_per_collection(conn: apsw.Connection) -> None:
     )
     keys = [int(row[0]) for row in conn.execute("SELECT id FROM collections ORDER BY id")]
     for key in keys:
-        conn.execute(
-            f"CREATE VIRTUAL TABLE fts_{key:d} USING fts5(text, content = '',"
-            " contentless_delete = 1, tokenize = 'porter unicode61 remove_diacritics 2')"
-        )
+        v9_fulltext_table(conn, key)
         conn.execute(
             f"INSERT INTO fts_{key:d} (rowid, text)"
             " SELECT id, text FROM chunks WHERE collection_id = ? ORDER BY id",
@@ -457,6 +464,25 @@ CREATE INDEX pending_responses_lease ON pending_responses (lease_expires_at);
 """
 
 
+# Chunk full text moves from FTS5 to Tantivy indexes beside the database (fulltext.py says
+# why): the FTS5 tables go, and every collection's index is built from its chunks on first use
+# (no fulltext_indexes row). `fulltext_queue` holds the chunks written since their index last
+# caught up, in the writes' own transactions.
+def _v14_fulltext_outside(conn: apsw.Connection) -> None:
+    keys = conn.execute("SELECT id FROM collections").fetchall()
+    for (key,) in keys:
+        conn.execute(f"DROP TABLE IF EXISTS fts_{int(cast(int, key)):d}")
+    conn.execute(
+        "CREATE TABLE fulltext_queue (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " collection_id INTEGER NOT NULL, chunk_id INTEGER NOT NULL)"
+    )
+    conn.execute("CREATE INDEX fulltext_queue_collection ON fulltext_queue (collection_id, seq)")
+    conn.execute(
+        "CREATE TABLE fulltext_indexes (collection_id INTEGER PRIMARY KEY,"
+        " generation TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -471,6 +497,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V11_JOB_KEYS),
     _script(_V12_PROJECTS),
     _script(_V13_BACKGROUND_RESPONSES),
+    _v14_fulltext_outside,
 ]
 
 

@@ -7,6 +7,7 @@ it is thread-safe) with the store's clock and settings. No gRPC here; store/wire
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -30,6 +31,7 @@ from services.store import (
     catalog,
     conversations,
     files,
+    fulltext,
     ingest,
     jobs,
     keys,
@@ -42,6 +44,7 @@ from services.store import (
     responses,
     retention,
     search,
+    vacuum,
     vector_index,
 )
 from services.store.db import (
@@ -98,6 +101,8 @@ from services.store.search import items as item_search
 from services.store.search.filters import Filter
 
 DEFAULT_LIST_LIMIT = 20
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,7 @@ class Repository:
         version = migrations.migrate(self._conn())
         if vectors_available():
             vector_index.create_missing(self._conn())
+        fulltext.for_database(self._conn()).remove_orphans(self._conn())
         return version
 
     @property
@@ -185,11 +191,13 @@ class Repository:
 
     def build_indexes(self, budget_seconds: float = 0.5) -> bool:
         """Advances coarse index builds (vector_index.py) for about `budget_seconds`, one
-        short transaction at a time; True while work remains. The server calls it from a
-        background loop; one caller at a time."""
+        short transaction at a time, and full-text indexes (fulltext.py): applies what is
+        queued, one batch, and rebuilds missing ones; True while work remains. The server
+        calls it from a background loop; one caller at a time."""
         conn = self._conn()
+        texts = self._fulltext_step(conn)
         if not vectors_available():
-            return False
+            return texts
         # Vectors into memory first: searches of a collection not there yet scan SQLite.
         if vector_index.warm(conn, self.index.resident):
             return True
@@ -205,7 +213,22 @@ class Repository:
                 if time.monotonic() >= deadline:
                     return True
             del self._builds[key]
-        return bool(self._builds)
+        return bool(self._builds) or texts
+
+    def _fulltext_step(self, conn: apsw.Connection) -> bool:
+        indexes = fulltext.for_database(conn)
+        try:
+            busy = indexes.sync(conn)
+            missing = indexes.missing(conn)
+            if missing:
+                busy = indexes.rebuild_step(conn, missing[0]) or busy
+        except (fulltext.Unavailable, OSError, ValueError) as error:
+            # The disk is full, most likely; what is queued stays queued.
+            log.warning("full-text indexes wait: %s", error)
+            return False
+        if not busy:
+            indexes.close_writers()
+        return busy or bool(missing)
 
     # Collections
 
@@ -770,6 +793,7 @@ class Repository:
             found = resident.existing(database_key(conn))
             if found is not None:
                 found.forget()
+            fulltext.for_database(conn).forget()
             self._builds = {}
             version = self.migrate()
             maintenance.prune_backups(
@@ -831,7 +855,7 @@ class Repository:
 
     def vacuum(self) -> VacuumResult:
         with self._exclusive("vacuum"):
-            return maintenance.vacuum(
+            return vacuum.vacuum(
                 self._conn(), path=self.path, checkpoint=self._connections.checkpoints
             )
 

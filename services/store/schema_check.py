@@ -23,13 +23,15 @@ from typing import cast
 import apsw
 
 from services.common.vocabulary import EXACT
-from services.store import fulltext, vector_index
+from services.store import migrations, vector_index
 from services.store.db import load_vectors, vectors_available
 
 # Migration 5 gave vector stores their kind of vector index; migration 9 moved full-text
-# search into one table per vector store (fts_N).
+# search into one table per vector store (fts_N), migration 14 out of the database (Tantivy
+# indexes beside it, rebuilt from the chunks: fulltext.py).
 VECTOR_INDEX_SINCE = 5
 FULLTEXT_PER_STORE_SINCE = 9
+FULLTEXT_OUTSIDE_SINCE = 14
 # Tables ragd never reads that others make in its database: SQLite (ANALYZE; sqlite_sequence
 # is in the reference, made with the first AUTOINCREMENT table) and Litestream, which keeps
 # its own in the database it replicates (replica.py).
@@ -74,7 +76,7 @@ def problems(conn: apsw.Connection, version: int, migrations: Migrations) -> lis
     for key, (dimensions, index) in keys.items():
         tables = Tables(
             dimensions=dimensions,
-            fulltext=version >= FULLTEXT_PER_STORE_SINCE,
+            fulltext=FULLTEXT_PER_STORE_SINCE <= version < FULLTEXT_OUTSIDE_SINCE,
             # vec_N is made again at startup when it is missing (vector_index.create_missing).
             vectors=vectors and vector_index.vec_table(key) in found,
             coarse=vectors
@@ -124,7 +126,7 @@ def _store_tables(tables: Tables) -> dict[str, tuple[str, Shape]]:
     the more tables the database has (each DDL statement rewrites the schema)."""
     with _memory() as conn:
         if tables.fulltext:
-            fulltext.create(conn, _TEMPLATE)
+            migrations.v9_fulltext_table(conn, _TEMPLATE)
         if tables.vectors:
             vector_index.create_tables(conn, _TEMPLATE, tables.dimensions)
         if tables.coarse:

@@ -14,10 +14,10 @@ import numpy as np
 
 from services.common.vectors import FloatMatrix, to_bytes
 from services.common.vocabulary import HYBRID, LEXICAL, SEARCH_MODES, VECTOR
-from services.store import catalog
+from services.store import catalog, fulltext
 from services.store.compat import check_vectors
 from services.store.db import atomic, vectors_available, vectors_error
-from services.store.errors import InvalidArgument, VectorsUnavailable
+from services.store.errors import FullTextUnavailable, InvalidArgument, VectorsUnavailable
 from services.store.records import SearchHit
 from services.store.search import hits, hybrid, lexical, vector
 from services.store.search.filters import Filter, compile_filter
@@ -106,17 +106,22 @@ def run(
         )
 
     ranks: dict[int, tuple[int, int]] = {}
+    lexical_ready = mode == VECTOR or _catch_up(conn, collection_id, mode)
     # One snapshot: a hybrid search's two rankings see the same chunks.
     with atomic(conn, write=False):
         key, collection = catalog.lookup(conn, collection_id)
         if mode == VECTOR:
             ranked = nearest(k)
         elif mode == LEXICAL:
-            ranked = lexical.ranked(conn, key, text=text, k=k, condition=condition)
+            matched, _ = lexical.ranked(conn, key, text=text, k=k, condition=condition)
+            ranked = lexical.relative(matched)
         else:
             count = hybrid.candidate_count(k)
             near = nearest(count)
-            words = lexical.ranked(conn, key, text=text, k=count, condition=condition)
+            words: list[tuple[int, float]] = []
+            if lexical_ready:
+                matched, _ = lexical.ranked(conn, key, text=text, k=count, condition=condition)
+                words = lexical.relative(matched)
             file_of = hits.files(conn, key, list({chunk for chunk, _ in [*near, *words]}))
             ranked = hybrid.fuse(
                 [hits.Candidate(c, file_of[c], score) for c, score in near if c in file_of],
@@ -128,6 +133,21 @@ def run(
         found = hits.load(conn, kept, ranks)
     catalog.touch(conn, key, collection, now)
     return found
+
+
+def _catch_up(conn: apsw.Connection, collection_id: str, mode: str) -> bool:
+    """Brings the collection's full-text index up to every write committed so far (outside
+    any transaction: it writes). False while the index is rebuilt: a hybrid search goes on by
+    vector alone, a lexical one is refused."""
+    with atomic(conn, write=False):
+        key, _ = catalog.lookup(conn, collection_id)
+    try:
+        fulltext.for_database(conn).catch_up(conn, key)
+    except fulltext.Unavailable as error:
+        if mode == LEXICAL:
+            raise FullTextUnavailable(str(error)) from None
+        return False
+    return True
 
 
 def _ranks(

@@ -11,9 +11,11 @@ type and compare numbers numerically and strings by code point; booleans are not
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+import apsw
 
 from services.common.vocabulary import FILTER_COMPOUNDS, MAX_FILTER_DEPTH
 from services.store.errors import InvalidArgument
@@ -187,3 +189,19 @@ def matches(node: Filter, attributes: Mapping[str, AttributeValue]) -> bool:
     if _kind(present) != _kind(node.value) or isinstance(present, bool):
         return False
     return _PY_ORDER[node.op](present, node.value)
+
+
+# The files of a collection a compiled filter allows. The condition runs once per file, not per
+# chunk (tested per chunk row, its json_each would run 100k times at 100k chunks: ~30 ms).
+MATCHING_FILES_SQL = """
+    SELECT cf.file_id FROM collection_files AS cf
+    WHERE cf.collection_id = ? AND cf.status = 'completed' AND {condition}
+"""
+
+
+def matching_files(
+    conn: apsw.Connection, key: int, condition: tuple[str, Sequence[Any]]
+) -> list[str]:
+    """The completed files of collection `key` whose attributes pass a compiled filter."""
+    sql = MATCHING_FILES_SQL.format(condition=condition[0])
+    return [cast(str, row[0]) for row in conn.execute(sql, [key, *condition[1]]).fetchall()]

@@ -85,14 +85,46 @@ def fuse(
 ) -> list[tuple[int, float]]:
     """The top k (chunk key, score) of the fused ranking, best first, scaled so the best
     scores the best vector score."""
-    file_of = {c.key: c.file_id for c in lexical}
-    file_of.update((c.key, c.file_id) for c in vector)
     near = _spread(vector)
     words = _spread(lexical)
     own = {
         key: VECTOR_WEIGHT * near.get(key, 0.0) + (1.0 - VECTOR_WEIGHT) * words.get(key, 0.0)
-        for key in file_of
+        for key in [*near, *words]
     }
+    fused = _supported(own, vector, lexical, k)
+    if not fused:
+        return []
+    best = fused[0][1]
+    scale = max((c.score for c in vector), default=1.0)
+    return [(key, (min(1.0, value / best) if best > 0 else 1.0) * scale) for key, value in fused]
+
+
+def fuse_evidence(
+    vector: Sequence[Candidate],
+    lexical: Sequence[Candidate],
+    ceiling: float,
+    k: int,
+    weight: float = VECTOR_WEIGHT,
+) -> list[tuple[int, float]]:
+    """Fusion on absolute evidence: `vector` holds every candidate with its cosine, `lexical`
+    the lexical candidates with their bm25, `ceiling` the bm25 a chunk could reach at most."""
+    near = {c.key: max(0.0, min(1.0, c.score)) for c in vector}
+    words = {c.key: min(1.0, c.score / ceiling) if ceiling > 0 else 0.0 for c in lexical}
+    own = {
+        key: weight * near.get(key, 0.0) + (1.0 - weight) * words.get(key, 0.0)
+        for key in [*near, *words]
+    }
+    fused = _supported(own, vector, lexical, k)
+    return [(key, min(1.0, value / (1.0 + FILE_SUPPORT))) for key, value in fused]
+
+
+def _supported(
+    own: dict[int, float], vector: Sequence[Candidate], lexical: Sequence[Candidate], k: int
+) -> list[tuple[int, float]]:
+    """The top k of `own` scores after each chunk gains FILE_SUPPORT times the best other
+    candidate of its file and each further chunk of a file counts FILE_DECAY times less."""
+    file_of = {c.key: c.file_id for c in lexical}
+    file_of.update((c.key, c.file_id) for c in vector)
     # The best two fused scores of each file's candidates: a chunk's support is the best of
     # its file's other chunks.
     top: dict[str, list[float]] = {}
@@ -107,8 +139,11 @@ def fuse(
         fused[key] = value + FILE_SUPPORT * (second if value == first else first)
     # Ties: a chunk both lists found, then the better vector rank, then the better lexical
     # rank (dicts keep list order).
-    order = list(near) + [key for key in words if key not in near]
-    found = {key: (key in near) + (key in words) for key in order}
+    near = [c.key for c in vector]
+    in_near = set(near)
+    in_words = {c.key for c in lexical}
+    order = list(dict.fromkeys([*near, *(c.key for c in lexical if c.key not in in_near)]))
+    found = {key: (key in in_near) + (key in in_words) for key in order}
     ranked = sorted(order, key=lambda key: (-fused[key], -found[key]))
     seen: dict[str, int] = {}
     for key in ranked:
@@ -116,8 +151,4 @@ def fuse(
         fused[key] *= FILE_DECAY ** seen.get(file_id, 0)
         seen[file_id] = seen.get(file_id, 0) + 1
     ranked = sorted(ranked, key=lambda key: (-fused[key], -found[key]))[:k]
-    if not ranked:
-        return []
-    best = fused[ranked[0]]
-    scale = max((c.score for c in vector), default=1.0)
-    return [(key, (min(1.0, fused[key] / best) if best > 0 else 1.0) * scale) for key in ranked]
+    return [(key, fused[key]) for key in ranked]

@@ -1,22 +1,22 @@
-"""Lexical search: FTS5 bm25 over chunk text, with scores normalized to [0, 1].
+"""Lexical search: bm25 over chunk text (fulltext.py's index), with scores in [0, 1].
 
-Each collection has its own full-text table (fulltext.py), holding exactly its chunks, and
-chunks exist only for completed files. FTS5 ranks the matches and cuts to the top k (ORDER BY
-bm25 LIMIT k) before any other table is read; only the chunks finally returned are then looked
-up (hits.py). Ranking every match in SQL instead (joining each to its chunk, file and
-membership, text included, then sorting) cost ~3x as much on a natural-language query matching
-a third of the chunks. bm25's statistics (document frequencies, average length) are the
-collection's own.
+Each collection has its own full-text index holding exactly its chunks, so bm25's statistics
+(document frequencies, average length) are the collection's own. The index ranks with
+block-max WAND: it reads the blocks of postings that can still reach the top k, not every
+chunk that holds a query word. Only the chunks finally returned are then looked up (hits.py).
+
+Conversation history (items.py) still ranks with FTS5 (`fts_query`): a history is small.
 """
 
 from __future__ import annotations
 
 import string
-from typing import cast
+from collections.abc import Sequence
 
 import apsw
 
 from services.store import fulltext
+from services.store.search.filters import matching_files
 
 # A query keeps at most this many distinct words, its longest: each is a posting-list scan and
 # a bm25 term for every chunk it matches. On 50-word queries over 10k chunks the 16 longest
@@ -38,42 +38,13 @@ STOPWORDS = frozenset(
     over under again further once here both few nor s t""".split()
 )
 
-# Without a filter: FTS5 ranks the collection's matches and keeps the best k.
-_TOP_SQL = """
-SELECT rowid, bm25({table}) AS rank FROM {table} WHERE {table} MATCH ?
-ORDER BY rank, rowid LIMIT ?
-"""
-
-# With an attribute filter: FTS5 first, materialized, so the planner cannot turn the join
-# around and run a full-text query per chunk; then the filter over each match's file. (The
-# table holds this collection's chunks only: a collection_id term would make SQLite walk
-# every chunk of the collection instead of looking the matches up.)
-_FILTERED_SQL = """
-WITH fts AS MATERIALIZED (
-    SELECT rowid AS chunk_id, bm25({table}) AS rank FROM {table} WHERE {table} MATCH ?
-)
-SELECT fts.chunk_id, fts.rank
-FROM fts
-JOIN chunks AS c ON c.id = fts.chunk_id
-JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
-WHERE cf.status = 'completed' AND {condition}
-ORDER BY fts.rank, fts.chunk_id
-LIMIT ?
-"""
-
 _PUNCTUATION = string.punctuation + "\u2018\u2019\u201c\u201d"
 
 
-def fts_query(text: str) -> str | None:
-    """A safe FTS5 query for free text: each word a quoted phrase, the phrases OR-ed together.
-
-    Quoting makes every FTS5 operator (AND OR NOT NEAR, * ^ : + - and parentheses) a literal,
-    so no user text is a syntax error; a quote inside a word is doubled, FTS5's only escape.
-    A quoted word is tokenized like the indexed text, so "E-1234" or "snake_case" must match
-    as adjacent tokens. OR lets documents that match only some words count, ranked by bm25.
-    STOPWORDS are left out unless the text has nothing else. Of more than MAX_QUERY_TERMS
-    words the longest are kept (long words are the rare ones). None when it has no words.
-    """
+def query_words(text: str) -> list[str]:
+    """The words a query searches for, in order: distinct (case-insensitively), STOPWORDS left
+    out unless the text has nothing else, and of more than MAX_QUERY_TERMS words the longest
+    (long words are the rare ones)."""
     words: list[tuple[str, bool]] = []
     seen: set[str] = set()
     for word in text.split():
@@ -90,7 +61,19 @@ def fts_query(text: str) -> str | None:
     if len(kept) > MAX_QUERY_TERMS:
         longest = sorted(range(len(kept)), key=lambda i: -len(kept[i]))[:MAX_QUERY_TERMS]
         kept = [kept[i] for i in sorted(longest)]
-    terms = ['"' + word.replace('"', '""') + '"' for word in kept]
+    return kept
+
+
+def fts_query(text: str) -> str | None:
+    """A safe FTS5 query for free text: each of query_words a quoted phrase, OR-ed together.
+
+    Quoting makes every FTS5 operator (AND OR NOT NEAR, * ^ : + - and parentheses) a literal,
+    so no user text is a syntax error; a quote inside a word is doubled, FTS5's only escape.
+    A quoted word is tokenized like the indexed text, so "E-1234" or "snake_case" must match
+    as adjacent tokens. OR lets documents that match only some words count, ranked by bm25.
+    None when it has no words.
+    """
+    terms = ['"' + word.replace('"', '""') + '"' for word in query_words(text)]
     return " OR ".join(terms) if terms else None
 
 
@@ -109,20 +92,21 @@ def ranked(
     text: str,
     k: int,
     condition: tuple[str, list[object]] | None,
-) -> list[tuple[int, float]]:
+) -> tuple[list[tuple[int, float]], float]:
     """The keys of the k chunks that best match the words of `text` by bm25, best first,
-    scored relative to the best of them (score_from_bm25), inside the caller's read
-    transaction. With a compiled filter `condition`, only chunks of files whose attributes
-    match compete."""
-    query = fts_query(text)
-    if query is None:
-        return []
-    table = fulltext.table(key)
-    if condition is None:
-        rows = conn.execute(_TOP_SQL.format(table=table), (query, k)).fetchall()
-    else:
-        sql = _FILTERED_SQL.format(table=table, condition=condition[0])
-        rows = conn.execute(sql, [query, *condition[1], k]).fetchall()
-    found = cast(list[tuple[int, float]], rows)
+    with their bm25 scores, and the highest score a chunk could reach for these words (see
+    fulltext.FullText.search), inside the caller's read transaction; the caller has run
+    fulltext's catch_up. Each word is a phrase of its terms ("E-1234": "e" then "1234"); any
+    of them matches. With a compiled filter `condition`, only chunks of files whose
+    attributes match compete."""
+    words = query_words(text)
+    if not words:
+        return [], 0.0
+    files = matching_files(conn, key, condition) if condition is not None else None
+    return fulltext.for_database(conn).search(key, words, k, files)
+
+
+def relative(found: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """bm25 scores as their ratio to the best one: the best scores 1."""
     best = found[0][1] if found else 0.0
-    return [(chunk_key, score_from_bm25(rank, best)) for chunk_key, rank in found]
+    return [(chunk, min(1.0, score / best) if best > 0 else 1.0) for chunk, score in found]

@@ -9,17 +9,13 @@ import apsw
 from services.store import vector_index
 from services.store.compat import check_query
 from services.store.records import Collection
+from services.store.search.filters import MATCHING_FILES_SQL
 from services.store.vector_index import IndexSettings
 
-# A filter allows the chunks of the completed files whose attributes match. The condition
-# (compiled by filters.py over `cf`) runs once per file in a subquery SQLite evaluates once;
-# tested per chunk row instead, its json_each would run 100k times at 100k chunks (~30 ms).
-# Chunks exist only for completed files (written in the same transaction as the status), so
-# the status test on the hits below is a second line of defence.
-_MATCHING_FILES_SQL = """
-    SELECT cf.file_id FROM collection_files AS cf
-    WHERE cf.collection_id = ? AND cf.status = 'completed' AND {condition}
-"""
+# A filter allows the chunks of the completed files whose attributes match (MATCHING_FILES_SQL,
+# a subquery SQLite evaluates once). Chunks exist only for completed files (written in the
+# same transaction as the status), so the status test on the hits below is a second line of
+# defence.
 _ALLOWED_IDS_SQL = """
     SELECT c.id FROM chunks AS c
     WHERE c.collection_id = ? AND c.file_id IN ({files})
@@ -32,7 +28,7 @@ _ALLOWED_TEST_SQL = """EXISTS (
 
 def allowed_chunks(key: int, condition: str, params: Sequence[object]) -> vector_index.Allowed:
     """The chunks of `key` a compiled filter (filters.compile_filter) allows."""
-    files = _MATCHING_FILES_SQL.format(condition=condition)
+    files = MATCHING_FILES_SQL.format(condition=condition)
     return vector_index.Allowed(
         ids=_ALLOWED_IDS_SQL.format(files=files),
         ids_params=[key, key, *params],

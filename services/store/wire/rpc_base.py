@@ -24,6 +24,7 @@ from services.store.errors import (
     ConversationNotFound,
     DimensionMismatch,
     FileNotFound,
+    FullTextUnavailable,
     InvalidArgument,
     ItemNotFound,
     JobNotFound,
@@ -85,6 +86,7 @@ _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
     (ReindexRunning, grpc.StatusCode.ABORTED),
     (NoReindex, grpc.StatusCode.FAILED_PRECONDITION),
     (VectorsUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (FullTextUnavailable, grpc.StatusCode.UNAVAILABLE),
 ]
 
 
