@@ -41,7 +41,7 @@ class BenchConfig:
     ingest_uploaders: int = 4
     # Documents re-ingested to find out whether an embedding cache makes re-ingest faster.
     warm_probe_docs: int = 40
-    # Scenario 3: collection sizes, queries per measurement, client counts, k.
+    # Scenario 3: vector store sizes, queries per measurement, client counts, k.
     search_sizes: tuple[int, ...] = (10_000, 100_000)
     search_queries: int = 100
     search_clients: tuple[int, ...] = (1, 4)

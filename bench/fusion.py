@@ -25,7 +25,7 @@ from bench.pydocs import corpus, load
 from bench.quality import K, Quality
 from services.common.vectors import FloatMatrix, to_bytes
 from services.embedder.model import EmbeddingModel
-from services.store import catalog, fulltext
+from services.store import fulltext, vector_stores
 from services.store.db import atomic, open_database
 from services.store.search import hybrid, lexical, vector
 from services.store.search.hits import Candidate
@@ -98,14 +98,14 @@ def main(argv: Sequence[str]) -> int:
         np.save(vectors_file, query_vectors)
     conn = open_database(run_dir / "quality" / "ragd.db")
     with atomic(conn, write=False):
-        (public_id,) = conn.execute("SELECT public_id FROM collections").fetchone() or ("",)
-        key, collection = catalog.lookup(conn, str(public_id))
+        (public_id,) = conn.execute("SELECT public_id FROM vector_stores").fetchone() or ("",)
+        key, vector_store = vector_stores.lookup(conn, str(public_id))
         file_doc = {f"{pair.key}.txt": n for n, pair in enumerate(pairs)}
         doc_of = {
             cast(int, chunk): file_doc[cast(str, name)]
             for chunk, name in conn.execute(
                 "SELECT c.id, f.filename FROM chunks AS c JOIN files AS f ON f.id = c.file_id"
-                " WHERE c.collection_id = ?",
+                " WHERE c.vector_store_id = ?",
                 (key,),
             )
         }
@@ -114,7 +114,7 @@ def main(argv: Sequence[str]) -> int:
             for chunk, blob in conn.execute(f"SELECT rowid, embedding FROM vec_{key:d}")
         }
         texts = conn.execute(
-            "SELECT id, text FROM chunks WHERE collection_id = ?", (key,)
+            "SELECT id, text FROM chunks WHERE vector_store_id = ?", (key,)
         ).fetchall()
     fulltext.for_database(conn).catch_up(conn, key)
     fts5 = Fts5(run_dir / "fusion-fts5.db")
@@ -124,7 +124,7 @@ def main(argv: Sequence[str]) -> int:
     for query, query_vector in zip(queries, query_vectors, strict=True):
         with atomic(conn, write=False):
             near = vector.ranked(
-                conn, key, collection, query=to_bytes(query_vector), k=CANDIDATES, model="",
+                conn, key, vector_store, query=to_bytes(query_vector), k=CANDIDATES, model="",
                 condition=None, index=IndexSettings(), exact=True,
             )  # fmt: skip
             words, ceiling = lexical.ranked(conn, key, text=query, k=CANDIDATES, condition=None)

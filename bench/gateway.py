@@ -1,5 +1,5 @@
 """Scenario 5, gateway overhead: REST search against the store's gRPC search on the same
-queries and collection, measured by the search scenario (bench.search.gateway_split).
+queries and vector store, measured by the search scenario (bench.search.gateway_split).
 
 A REST search also embeds its query, so the overhead proper is what remains of the REST
 latency after the query's Embed call and the store's Search (both measured alone).

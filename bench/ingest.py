@@ -111,10 +111,10 @@ def ingest(
         listed.raise_for_status()
         chunking = listed.json()["data"][0]["chunking_strategy"]
     with grpc.insecure_channel(stack.store_target) as channel:
-        collection = store_pb2_grpc.StoreStub(channel).GetCollection(
-            store_pb2.GetCollectionRequest(id=store_id)
+        vector_store = store_pb2_grpc.StoreStub(channel).GetVectorStore(
+            store_pb2.GetVectorStoreRequest(id=store_id)
         )
-    return Ingested(store_id, seconds, int(collection.chunk_count), file_ids, chunking)
+    return Ingested(store_id, seconds, int(vector_store.chunk_count), file_ids, chunking)
 
 
 def _static_sizes(chunking: dict[str, Any]) -> tuple[int, int]:

@@ -223,7 +223,7 @@ def _default_split(
             embedded = time.perf_counter()
             store.Search(
                 store_pb2.SearchRequest(
-                    collection_id=store_id,
+                    vector_store_id=store_id,
                     query_vector=to_bytes(query),
                     dimensions=dims,
                     k=k,
@@ -320,7 +320,7 @@ def _vacuum(
                 try:
                     store.AddChunks(
                         store_pb2.AddChunksRequest(
-                            collection_id=store_id,
+                            vector_store_id=store_id,
                             file_id=f"file-vacuum-{number}-{sent:06d}",
                             filename=f"vacuum-{number}-{sent}.txt",
                             chunks=[

@@ -91,7 +91,7 @@ def compare(name: str, docs: Sequence[tuple[str, str]], queries: Sequence[str]) 
     with tempfile.TemporaryDirectory() as folder:
         repo = Repository(Path(folder) / "ragd.db")
         repo.migrate()
-        store = repo.create_collection(name, "random", 8).id
+        store = repo.create_vector_store(name, "random", 8).id
         rng = np.random.default_rng(0)
         for number, (key, text) in enumerate(docs):
             parts = chunks(text)

@@ -34,19 +34,19 @@ SCENARIO = "12 postgres"
 _SCHEMA = """
 CREATE TABLE chunks (
     id bigint PRIMARY KEY,
-    collection_id integer NOT NULL,
+    vector_store_id integer NOT NULL,
     file_id text NOT NULL,
     text text NOT NULL,
     vector bytea NOT NULL,
     words tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED
 );
-CREATE INDEX chunks_collection ON chunks (collection_id, file_id);
+CREATE INDEX chunks_vector_store ON chunks (vector_store_id, file_id);
 CREATE INDEX chunks_words ON chunks USING gin (words);
 """
 _SEARCH = """
 SELECT id, ts_rank(words, query) AS rank
 FROM chunks, to_tsquery('english', %s) AS query
-WHERE collection_id = 1 AND words @@ query
+WHERE vector_store_id = 1 AND words @@ query
 ORDER BY rank DESC LIMIT %s
 """
 _WORD = re.compile(r"[A-Za-z0-9]+")
@@ -150,7 +150,7 @@ def _one_size(
                 conn.transaction(),
                 conn.cursor() as cursor,
                 cursor.copy(
-                    "COPY chunks (id, collection_id, file_id, text, vector) FROM STDIN"
+                    "COPY chunks (id, vector_store_id, file_id, text, vector) FROM STDIN"
                 ) as copy,
             ):
                 for row in range(start, stop):

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from bench.stats import median, recall_at_k
 from bench.vectors import data_set
-from services.store.resident import Collection, ResidentSettings, _hamming_nearest, _sign_bits
+from services.store.resident import ResidentSettings, VectorStore, _hamming_nearest, _sign_bits
 
 K = 10
 QUERIES = 100
@@ -57,7 +57,7 @@ def main(argv: Sequence[str]) -> int:
     scale = np.abs(matrix).max(axis=1) / 127.0
     int8 = np.round(matrix / scale[:, None]).astype(np.int8)
     half = matrix.astype(np.float16)
-    resident = Collection(dims, settings)
+    resident = VectorStore(dims, settings)
     resident.append(np.arange(n, dtype=np.int64), matrix)
 
     def exact(query: npt.NDArray[np.float32]) -> list[int]:

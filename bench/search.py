@@ -31,7 +31,7 @@ from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2, store_pb2_gr
 
 SCENARIO = "3 search"
 # Issue 16: default REST search (one client) p50 and the vector ranking's recall@10 against
-# the exact scan, by collection size.
+# the exact scan, by vector store size.
 TARGET_P50_MS = {100_000: 12.0, 1_000_000: 40.0}
 TARGET_RECALL = {100_000: 0.98, 1_000_000: 0.95}
 # Issue 4: the store's own search (gRPC, one client) at 100k x 384.
@@ -124,19 +124,19 @@ def full_text(row: int, data: DataSet) -> str:
     return f"#{row} " + data.texts[row % data.real]
 
 
-def index_kind(collection: store_pb2.Collection) -> str | None:
-    """The collection's search index as the store reports it (a field named like "index"),
+def index_kind(vector_store: store_pb2.VectorStore) -> str | None:
+    """The vector_store's search index as the store reports it (a field named like "index"),
     or None for a store that has no such field."""
-    for descriptor in collection.DESCRIPTOR.fields:
+    for descriptor in vector_store.DESCRIPTOR.fields:
         if "index" in descriptor.name:
-            return f"{descriptor.name}={getattr(collection, descriptor.name)}"
+            return f"{descriptor.name}={getattr(vector_store, descriptor.name)}"
     return None
 
 
 def wait_for_index(
     target: str, store_id: str, timeout: float = 900.0, resident_timeout: float = 60.0
 ) -> tuple[str | None, float]:
-    """Waits while the store builds the collection's coarse index and loads its vectors into
+    """Waits while the store builds the vector_store's coarse index and loads its vectors into
     memory in the background (at most `resident_timeout` for the latter: a store too large
     for its memory budget never loads them); returns the index it ends with and the seconds
     waited."""
@@ -144,13 +144,13 @@ def wait_for_index(
     with grpc.insecure_channel(target) as channel:
         store = store_pb2_grpc.StoreStub(channel)
         while True:
-            collection = store.GetCollection(
-                store_pb2.GetCollectionRequest(id=store_id), timeout=60
+            vector_store = store.GetVectorStore(
+                store_pb2.GetVectorStoreRequest(id=store_id), timeout=60
             )
-            index = index_kind(collection)
+            index = index_kind(vector_store)
             waited = time.perf_counter() - began
             # A store too large for its memory budget stays out of memory: do not wait for it.
-            loading = not getattr(collection, "in_memory", True) and waited < resident_timeout
+            loading = not getattr(vector_store, "in_memory", True) and waited < resident_timeout
             if (index is None or index.endswith("=coarse")) and not loading:
                 return index, waited
             # "exact" a few seconds on: too small for a coarse index (the builder looks for
@@ -169,13 +169,13 @@ def load(
     batch: int,
     text: Callable[[int, DataSet], str] = _chunk_text,
 ) -> tuple[str, float]:
-    """A new collection holding `data` (row i as chunk text "#i ..."), via AddChunks batches;
+    """A new vector store holding `data` (row i as chunk text "#i ..."), via AddChunks batches;
     returns its id and the load rate in vectors/s."""
     dims = int(data.vectors.shape[1])
     with grpc.insecure_channel(stack.store_target, options=_CHANNEL_OPTIONS) as channel:
         store = store_pb2_grpc.StoreStub(channel)
-        collection = store.CreateCollection(
-            store_pb2.CreateCollectionRequest(
+        vector_store = store.CreateVectorStore(
+            store_pb2.CreateVectorStoreRequest(
                 name=f"bench-{data.size}", model=model, dimensions=dims
             )
         )
@@ -184,7 +184,7 @@ def load(
             stop = min(start + batch, data.size)
             store.AddChunks(
                 store_pb2.AddChunksRequest(
-                    collection_id=collection.id,
+                    vector_store_id=vector_store.id,
                     file_id=f"file-bench-{start:08d}",
                     filename=f"rows-{start}-{stop - 1}.txt",
                     chunks=[
@@ -197,7 +197,7 @@ def load(
                 ),
                 timeout=600,
             )
-        return collection.id, data.size / (time.perf_counter() - began)
+        return vector_store.id, data.size / (time.perf_counter() - began)
 
 
 def via_rest(
@@ -231,7 +231,7 @@ def via_grpc(
 
     def request(query: FloatMatrix) -> store_pb2.SearchRequest:
         return store_pb2.SearchRequest(
-            collection_id=store_id,
+            vector_store_id=store_id,
             query_vector=to_bytes(query),
             dimensions=dims,
             k=k,
@@ -247,7 +247,7 @@ def via_grpc_lexical(
 ) -> Timings:
     """The store's own lexical (bm25) search of each text."""
     requests = [
-        store_pb2.SearchRequest(collection_id=store_id, mode="lexical", query_text=text, k=k)
+        store_pb2.SearchRequest(vector_store_id=store_id, mode="lexical", query_text=text, k=k)
         for text in texts
     ]
     return _store_searches(target, requests, clients, timeout)
@@ -304,7 +304,7 @@ def gateway_split(
             embedded = time.perf_counter()
             store.Search(
                 store_pb2.SearchRequest(
-                    collection_id=store_id,
+                    vector_store_id=store_id,
                     query_vector=to_bytes(query),
                     dimensions=dims,
                     k=k,
@@ -426,8 +426,8 @@ def _one_size(
     _rows(ctx, data, timings, recalls, load_rate, index)
     _index_rows(ctx, data, timings, recalls, index, build_seconds)
     with grpc.insecure_channel(stack.store_target) as channel:
-        store_pb2_grpc.StoreStub(channel).DeleteCollection(
-            store_pb2.DeleteCollectionRequest(id=store_id), timeout=120
+        store_pb2_grpc.StoreStub(channel).DeleteVectorStore(
+            store_pb2.DeleteVectorStoreRequest(id=store_id), timeout=120
         )
     return {
         "index": index,

@@ -301,7 +301,7 @@ import sys
 
 db = sqlite3.connect(sys.argv[1])
 check = db.execute("PRAGMA integrity_check").fetchone()[0]
-stores = db.execute("SELECT count(*) FROM collections").fetchone()[0]
+stores = db.execute("SELECT count(*) FROM vector_stores").fetchone()[0]
 print(f"backup: integrity {check}, {stores} vector stores")
 sys.exit(0 if check == "ok" and stores >= 2 else 1)
 PY

@@ -61,7 +61,7 @@ def repo(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> It
 
 @pytest.fixture
 def vs_id(repo: Repository) -> str:
-    return repo.create_collection("notes", MODEL, DIMS).id
+    return repo.create_vector_store("notes", MODEL, DIMS).id
 
 
 @pytest.fixture(scope="session")

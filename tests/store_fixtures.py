@@ -25,7 +25,7 @@ from services.pb import store_pb2_grpc
 from services.store import fulltext, jobs, resident, vector_index
 from services.store.config import StoreConfig
 from services.store.db import database_key, open_database
-from services.store.records import ChunkInput, ClaimedJob, CollectionFile, File
+from services.store.records import ChunkInput, ClaimedJob, File, VectorStoreFile
 from services.store.repository import OperationsSettings, Repository
 from services.store.vector_index import IndexSettings
 from services.store.wire.server import create_server
@@ -33,7 +33,7 @@ from services.store.wire.server import create_server
 MODEL = "all-MiniLM-L6-v2"
 # Vectors searched in SQLite only (no copy in memory): for the tests of vector_index's paths.
 IN_SQLITE = resident.ResidentSettings(budget_bytes=0)
-# The vector size of the collections the vs_id fixture and new_collection create.
+# The vector size of the vector stores the vs_id fixture and new_vector_store create.
 DIMS = 8
 
 
@@ -99,10 +99,10 @@ def run_against_store(db_path: Path, scenario: Scenario) -> None:
     asyncio.run(main())
 
 
-async def new_collection(store: RunningStore, dims: int = DIMS) -> pb.Collection:
-    request = pb.CreateCollectionRequest(name="notes", model=MODEL, dimensions=dims)
-    collection: pb.Collection = await store.stub.CreateCollection(request)
-    return collection
+async def new_vector_store(store: RunningStore, dims: int = DIMS) -> pb.VectorStore:
+    request = pb.CreateVectorStoreRequest(name="notes", model=MODEL, dimensions=dims)
+    vector_store: pb.VectorStore = await store.stub.CreateVectorStore(request)
+    return vector_store
 
 
 async def expect_status(call: Awaitable[object], code: grpc.StatusCode) -> str:
@@ -139,23 +139,23 @@ def check_invariants(path: Path) -> None:
     conn = open_database(path)
     try:
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
-        collections = conn.execute(
-            "SELECT id, chunk_count, file_count, usage_bytes, vector_index FROM collections"
+        vector_stores = conn.execute(
+            "SELECT id, chunk_count, file_count, usage_bytes, vector_index FROM vector_stores"
         ).fetchall()
-        for key, chunk_count, file_count, usage, index in collections:
+        for key, chunk_count, file_count, usage, index in vector_stores:
             check_coarse_index(conn, cast(int, key), str(index))
-            where = "FROM collection_files WHERE collection_id = ?"
+            where = "FROM vector_store_files WHERE vector_store_id = ?"
             assert file_count == scalar(conn, f"SELECT count(*) {where}", key)
             completed = f"{where} AND status = 'completed'"
             assert chunk_count == scalar(conn, f"SELECT sum(chunk_count) {completed}", key)
             assert usage == scalar(conn, f"SELECT sum(usage_bytes) {completed}", key)
-            chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
+            chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE vector_store_id = ?", key)
             assert chunks == chunk_count
             lexical = scalar(
                 conn,
-                "SELECT count(*) FROM chunks AS c JOIN collection_files AS cf"
-                " ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id"
-                " WHERE c.collection_id = ? AND cf.vectors_pending = 1",
+                "SELECT count(*) FROM chunks AS c JOIN vector_store_files AS cf"
+                " ON cf.vector_store_id = c.vector_store_id AND cf.file_id = c.file_id"
+                " WHERE c.vector_store_id = ? AND cf.vectors_pending = 1",
                 key,
             )
             assert scalar(conn, f"SELECT count(*) FROM vec_{key:d}") == chunks - lexical
@@ -163,51 +163,51 @@ def check_invariants(path: Path) -> None:
                 scalar(
                     conn,
                     f"SELECT count(*) FROM vec_{key:d} WHERE rowid IN (SELECT c.id FROM chunks AS c"
-                    " JOIN collection_files AS cf ON cf.collection_id = c.collection_id"
+                    " JOIN vector_store_files AS cf ON cf.vector_store_id = c.vector_store_id"
                     " AND cf.file_id = c.file_id WHERE cf.vectors_pending = 1)",
                 )
                 == 0
             )
-            # Every vector belongs to a chunk of its collection (with equal counts: one each).
+            # Every vector belongs to a chunk of its vector store (with equal counts: one each).
             orphans = scalar(
                 conn,
                 f"SELECT count(*) FROM vec_{key:d} WHERE rowid NOT IN"
-                " (SELECT id FROM chunks WHERE collection_id = ?)",
+                " (SELECT id FROM chunks WHERE vector_store_id = ?)",
                 key,
             )
-            assert orphans == 0, f"{orphans} vectors without a chunk in collection {key}"
+            assert orphans == 0, f"{orphans} vectors without a chunk in vector_store {key}"
         assert (
             conn.execute(
-                "SELECT c.id FROM chunks AS c JOIN collection_files AS cf"
-                " ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id"
+                "SELECT c.id FROM chunks AS c JOIN vector_store_files AS cf"
+                " ON cf.vector_store_id = c.vector_store_id AND cf.file_id = c.file_id"
                 " WHERE cf.status <> 'completed'"
             ).fetchall()
             == []
         )
         assert (
             conn.execute(
-                "SELECT file_id FROM collection_files"
+                "SELECT file_id FROM vector_store_files"
                 " WHERE status <> 'completed' AND (chunk_count <> 0 OR usage_bytes <> 0)"
             ).fetchall()
             == []
         )
         assert (
             conn.execute(
-                "SELECT file_id FROM collection_files"
+                "SELECT file_id FROM vector_store_files"
                 " WHERE status <> 'failed' AND (last_error_code <> '' OR last_error_message <> '')"
                 " AND NOT vectors_pending"
             ).fetchall()
             == []
         )
-        pending = "SELECT file_id FROM collection_files WHERE vectors_pending AND status <> ?"
+        pending = "SELECT file_id FROM vector_store_files WHERE vectors_pending AND status <> ?"
         assert conn.execute(pending, ("completed",)).fetchall() == []
         live_jobs = (
-            "(SELECT count(*) FROM jobs AS j WHERE j.collection_id = cf.collection_id"
+            "(SELECT count(*) FROM jobs AS j WHERE j.vector_store_id = cf.vector_store_id"
             " AND j.file_id = cf.file_id AND j.state <> 'done')"
         )
         assert (
             conn.execute(
-                f"SELECT cf.file_id, cf.status, {live_jobs} FROM collection_files AS cf"
+                f"SELECT cf.file_id, cf.status, {live_jobs} FROM vector_store_files AS cf"
                 f" WHERE {live_jobs} <> (cf.status = 'in_progress'"
                 " OR (cf.vectors_pending AND cf.last_error_code = ''))"
             ).fetchall()
@@ -216,9 +216,9 @@ def check_invariants(path: Path) -> None:
         # A re-index in progress has its shadow, and a shadow its re-index in progress.
         assert (
             conn.execute(
-                "SELECT c.id FROM collections AS c WHERE c.shadow_of IS NOT NULL AND NOT EXISTS"
+                "SELECT c.id FROM vector_stores AS c WHERE c.shadow_of IS NOT NULL AND NOT EXISTS"
                 " (SELECT 1 FROM reindexes AS r WHERE r.shadow_id = c.id"
-                "  AND r.collection_id = c.shadow_of AND r.status = 'in_progress')"
+                "  AND r.vector_store_id = c.shadow_of AND r.status = 'in_progress')"
             ).fetchall()
             == []
         )
@@ -236,7 +236,7 @@ def check_invariants(path: Path) -> None:
 
 
 def resident_invariants(conn: apsw.Connection) -> None:
-    """Every collection this process holds in memory (resident.py) holds exactly the live
+    """Every vector store this process holds in memory (resident.py) holds exactly the live
     vectors of the database, no more, no fewer, the same values."""
     found = resident.existing(database_key(conn))
     if found is None:
@@ -246,18 +246,18 @@ def resident_invariants(conn: apsw.Connection) -> None:
             "SELECT 1 FROM sqlite_master WHERE name = ?", (vector_index.vec_table(key),)
         ).fetchall()
         if not rows:
-            assert vectors.live_rows == 0, f"collection {key} dropped but still in memory"
+            assert vectors.live_rows == 0, f"vector_store {key} dropped but still in memory"
             continue
         stored = conn.execute(
             f"SELECT rowid, embedding FROM {vector_index.vec_table(key)} ORDER BY rowid"
         ).fetchall()
         ids, matrix = vectors.rows()
-        assert ids.tolist() == [row[0] for row in stored], f"collection {key}: other rows"
+        assert ids.tolist() == [row[0] for row in stored], f"vector_store {key}: other rows"
         if stored:
             floats = np.frombuffer(b"".join(cast(bytes, row[1]) for row in stored), dtype="<f4")
             floats = floats.reshape(len(stored), -1)
             floats = floats / np.linalg.norm(floats, axis=1, keepdims=True)
-            assert np.allclose(matrix, floats, atol=1e-6), f"collection {key}: other vectors"
+            assert np.allclose(matrix, floats, atol=1e-6), f"vector_store {key}: other vectors"
 
 
 def check_conversation_invariants(path: Path) -> None:
@@ -302,17 +302,17 @@ def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
         )
     }
     if index == EXACT:
-        assert tables == set(), f"collection {key} is exact but has {tables}"
+        assert tables == set(), f"vector_store {key} is exact but has {tables}"
         return
     floats = scalar(conn, f"SELECT count(*) FROM vecf_{key:d}")
     assert scalar(conn, f"SELECT count(*) FROM vecq_{key:d}") == floats
     strays = scalar(
         conn,
         f"SELECT count(*) FROM vecf_{key:d} WHERE id NOT IN"
-        " (SELECT id FROM chunks WHERE collection_id = ?)",
+        " (SELECT id FROM chunks WHERE vector_store_id = ?)",
         key,
     )
-    assert strays == 0, f"{strays} coarse rows without a chunk in collection {key}"
+    assert strays == 0, f"{strays} coarse rows without a chunk in vector_store {key}"
     # Both copies hold the same rows, each bit row in its partition; a sample of rows (point
     # lookups in vec0 are slow) holds the same floats in vec_N and vecf_N, and their sign bits.
     paired = scalar(
@@ -328,12 +328,12 @@ def check_coarse_index(conn: apsw.Connection, key: int, index: str) -> None:
             (embedding, embedding, rowid, rowid),
         ).fetchone() == (1, 1), f"coarse index of {key}: row {rowid} differs from vec_{key}"
     if index == COARSE:
-        chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
+        chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE vector_store_id = ?", key)
         assert floats == chunks, f"coarse index of {key}: {floats} rows for {chunks} chunks"
 
 
 def check_fts_index(path: Path) -> None:
-    """Every collection's full-text index holds exactly its chunks, but for the chunks queued
+    """Every vector_store's full-text index holds exactly its chunks, but for the chunks queued
     for it (fulltext.py): those it may or may not hold yet."""
     conn = open_database(path)
     try:
@@ -354,17 +354,17 @@ def indexed_chunks(folder: Path) -> set[int]:
 
 def fulltext_invariants(conn: apsw.Connection) -> None:
     root = fulltext.directory(Path(conn.filename))
-    keys = [cast(int, row[0]) for row in conn.execute("SELECT id FROM collections")]
+    keys = [cast(int, row[0]) for row in conn.execute("SELECT id FROM vector_stores")]
     queued: dict[int, set[int]] = {}
-    for key, chunk in conn.execute("SELECT collection_id, chunk_id FROM fulltext_queue"):
+    for key, chunk in conn.execute("SELECT vector_store_id, chunk_id FROM fulltext_queue"):
         queued.setdefault(cast(int, key), set()).add(cast(int, chunk))
     for key in keys:
         chunks = {
             cast(int, row[0])
-            for row in conn.execute("SELECT id FROM chunks WHERE collection_id = ?", (key,))
+            for row in conn.execute("SELECT id FROM chunks WHERE vector_store_id = ?", (key,))
         }
         row = conn.execute(
-            "SELECT generation FROM fulltext_indexes WHERE collection_id = ?", (key,)
+            "SELECT generation FROM fulltext_indexes WHERE vector_store_id = ?", (key,)
         ).fetchone()
         pending = queued.get(key, set())
         if row is None:
@@ -373,17 +373,19 @@ def fulltext_invariants(conn: apsw.Connection) -> None:
         if not folder.exists():
             continue  # a copy of the database (a backup): its store rebuilds the index
         generation = (folder / "ragd-generation").read_text(encoding="utf-8").strip()
-        assert generation == row[0], f"collection {key}: its index is another generation"
+        assert generation == row[0], f"vector_store {key}: its index is another generation"
         differ = indexed_chunks(folder) ^ chunks
         assert differ <= pending, (
-            f"collection {key}: index and chunks differ in {differ - pending}, chunks {chunks}"
+            f"vector_store {key}: index and chunks differ in {differ - pending}, chunks {chunks}"
         )
     if root.exists():
         for entry in root.iterdir():
             name = entry.name
             if name.endswith(".building"):
                 continue
-            assert int(name) in keys or int(name) in queued, f"index folder {name} of no collection"
+            assert int(name) in keys or int(name) in queued, (
+                f"index folder {name} of no vector_store"
+            )
 
 
 def table_names(path: Path) -> set[str]:
@@ -407,7 +409,7 @@ def claim_one(repo: Repository, worker: str = "w1", lease_seconds: int = 60) -> 
 
 def finish(
     repo: Repository, job: ClaimedJob, worker: str = "w1", chunks: int = 2, seed: int = 0
-) -> CollectionFile:
+) -> VectorStoreFile:
     """Completes a claimed job with `chunks` chunks named after its file, and random vectors."""
     inputs = [ChunkInput(f"{job.file_id} chunk {i}", token_count=3) for i in range(chunks)]
     vectors = unit_vectors(np.random.default_rng(seed), chunks, job.dimensions)

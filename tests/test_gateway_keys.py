@@ -14,7 +14,7 @@ from services.gateway.keys import (
     Principal,
     RateLimits,
     required_scope,
-    store_in_path,
+    vector_store_in_path,
 )
 from services.pb import store_pb2
 
@@ -39,9 +39,9 @@ def test_required_scope(method: str, path: str, scope: str) -> None:
 
 
 def test_store_in_path() -> None:
-    assert store_in_path("/v1/vector_stores/vs_1/files/f") == "vs_1"
-    assert store_in_path("/v1/vector_stores") is None
-    assert store_in_path("/v1/files/vs_1") is None
+    assert vector_store_in_path("/v1/vector_stores/vs_1/files/f") == "vs_1"
+    assert vector_store_in_path("/v1/vector_stores") is None
+    assert vector_store_in_path("/v1/files/vs_1") is None
 
 
 def test_requests_per_minute_slide() -> None:

@@ -52,12 +52,12 @@ def run(
         try:
             store = store_stub(store_channel)
             info = model.info
-            collection = await store.CreateCollection(
-                pb.CreateCollectionRequest(name="s", model=info.name, dimensions=info.dimensions)
+            vector_store = await store.CreateVectorStore(
+                pb.CreateVectorStoreRequest(name="s", model=info.name, dimensions=info.dimensions)
             )
             await store.AddChunks(
                 pb.AddChunksRequest(
-                    collection_id=collection.id,
+                    vector_store_id=vector_store.id,
                     file_id="file-1",
                     filename="sea.txt",
                     chunks=[pb.ChunkInput(text=text) for text in TEXTS],
@@ -67,7 +67,7 @@ def run(
                 )
             )
             await scenario(
-                Embedders([(None, EmbedderClient(embedder_channel))]), store, collection.id
+                Embedders([(None, EmbedderClient(embedder_channel))]), store, vector_store.id
             )
         finally:
             await embedder_channel.close()

@@ -63,9 +63,9 @@ def test_gateway_kill_mid_batch_then_restart(own_stack: Stack) -> None:
 
     conn = open_readonly(Path(own_stack.env["RAGD_DB_PATH"]))
     try:
-        key = scalar(conn, "SELECT id FROM collections WHERE public_id = ?", store_id)
+        key = scalar(conn, "SELECT id FROM vector_stores WHERE public_id = ?", store_id)
         rows: list[tuple[str, str, int]] = conn.execute(  # type: ignore[assignment]
-            "SELECT file_id, status, chunk_count FROM collection_files WHERE collection_id = ?",
+            "SELECT file_id, status, chunk_count FROM vector_store_files WHERE vector_store_id = ?",
             (key,),
         ).fetchall()
         assert len(rows) == FILES
@@ -74,17 +74,17 @@ def test_gateway_kill_mid_batch_then_restart(own_stack: Stack) -> None:
             indexes = [
                 index
                 for (index,) in conn.execute(
-                    "SELECT chunk_index FROM chunks WHERE collection_id = ? AND file_id = ?",
+                    "SELECT chunk_index FROM chunks WHERE vector_store_id = ? AND file_id = ?",
                     (key, file_id),
                 )
             ]
             assert sorted(indexes) == list(range(chunk_count)) and chunk_count > 1
-        chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE collection_id = ?", key)
+        chunks = scalar(conn, "SELECT count(*) FROM chunks WHERE vector_store_id = ?", key)
         vectors = scalar(conn, f"SELECT count(*) FROM vec_{int(key)}")
         assert chunks == vectors == sum(count for _, _, count in rows)
         texts = scalar(
             conn,
-            "SELECT count(DISTINCT file_id || ':' || text) FROM chunks WHERE collection_id = ?",
+            "SELECT count(DISTINCT file_id || ':' || text) FROM chunks WHERE vector_store_id = ?",
             key,
         )
         assert texts == chunks, "a chunk was stored twice"
@@ -104,7 +104,8 @@ def batch_counts_direct(stack: Stack, store_id: str) -> int:
     try:
         done = scalar(
             conn,
-            "SELECT count(*) FROM collection_files cf JOIN collections c ON c.id = cf.collection_id"
+            "SELECT count(*) FROM vector_store_files cf"
+            " JOIN vector_stores c ON c.id = cf.vector_store_id"
             " WHERE c.public_id = ? AND cf.status = 'completed'",
             store_id,
         )

@@ -200,8 +200,8 @@ def test_both_doors_refuse_a_store_of_another_model_at_once_in_the_same_words(
     own_stack: Stack, rest: httpx.Client, ingest: IngestClient
 ) -> None:
     with grpc.insecure_channel(own_stack.store_target) as channel:
-        other = store_pb2_grpc.StoreStub(channel).CreateCollection(
-            store_pb2.CreateCollectionRequest(name="other-model", model="bge-small", dimensions=8)
+        other = store_pb2_grpc.StoreStub(channel).CreateVectorStore(
+            store_pb2.CreateVectorStoreRequest(name="other-model", model="bge-small", dimensions=8)
         )
     files_before = file_total(rest)
     text = "Basalt columns form as lava cools and contracts."

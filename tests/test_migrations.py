@@ -26,8 +26,11 @@ from tests.store_fixtures import check_invariants, open_readonly, open_repositor
 DATA = Path(__file__).parent / "data"
 # The last schema released before these fixtures were made: every version up to it has one.
 RELEASED = 11
-# Tables a migration replaced or transformed on purpose: table -> why (none yet).
+# Tables a migration replaced or transformed on purpose: table -> why.
 REWRITTEN: dict[str, str] = {}
+# Tables and columns a migration renamed (15: a collection is a vector store in every layer).
+RENAMED_TABLES = {"collections": "vector_stores", "collection_files": "vector_store_files"}
+RENAMED_COLUMNS = {"collection_id": "vector_store_id"}
 # What the fixture script wrote (tests/data/schema_fixture_rows.py).
 KEY_SECRET = "sk-fixture-admin"
 LEXICAL_TEXT = "Tide tables list the harbour's high and low water."
@@ -72,7 +75,8 @@ def read_rows(path: Path) -> tuple[Rows, dict[int, dict[int, bytes]]]:
             rows = sorted(conn.execute(f'SELECT * FROM "{table}"').fetchall(), key=repr)
             tables[table] = (columns, [tuple(row) for row in rows])
         vectors = {}
-        for row in conn.execute("SELECT id FROM collections").fetchall():
+        stores = "vector_stores" if "vector_stores" in tables else "collections"
+        for row in conn.execute(f"SELECT id FROM {stores}").fetchall():
             key = int(row[0])  # type: ignore[arg-type]
             vectors[key] = {
                 int(rowid): bytes(blob)
@@ -120,8 +124,10 @@ def test_a_database_of_every_schema_migrates_with_all_its_data(
     for table, (columns, rows) in before.items():
         if table in REWRITTEN:
             continue
-        assert table in after, f"migrating from v{version} dropped {table}"
-        new_columns, new_rows = after[table]
+        renamed = RENAMED_TABLES.get(table, table)
+        assert renamed in after, f"migrating from v{version} dropped {table}"
+        new_columns, new_rows = after[renamed]
+        columns = [RENAMED_COLUMNS.get(name, name) for name in columns]
         assert set(columns) <= set(new_columns), f"{table} lost columns"
         kept = sorted(
             (tuple(row[new_columns.index(name)] for name in columns) for row in new_rows), key=repr
@@ -134,7 +140,7 @@ def test_a_database_of_every_schema_migrates_with_all_its_data(
     with open_repository(path) as repo:
         conn = open_readonly(path)
         main, target = (str(row[0]) for row in conn.execute(
-            "SELECT public_id FROM collections ORDER BY id"
+            "SELECT public_id FROM vector_stores ORDER BY id"
         ))  # fmt: skip
         conn.close()
         for rowid, blob in vectors[1].items():
@@ -147,11 +153,11 @@ def test_a_database_of_every_schema_migrates_with_all_its_data(
         assert [hit.text for hit in found] == ([LEXICAL_TEXT] if version >= 8 else [])
         if version >= 7:
             # The second vector store is the first one's re-index target, hidden behind it.
-            reindex = repo.get_collection(main).reindex
+            reindex = repo.get_vector_store(main).reindex
             assert reindex is not None and reindex.status == "in_progress"
             assert reindex.model == "fixture-target-model"
         else:
-            assert repo.get_collection(target).name == "fixture target"
+            assert repo.get_vector_store(target).name == "fixture target"
         if version >= 6:
             [conversation] = repo.list_conversations().items
             assert conversation.title == "Where is the lighthouse?"

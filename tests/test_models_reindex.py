@@ -202,13 +202,13 @@ def test_reindex_switches_a_store_to_the_other_model_through_a_store_kill(
     conn = open_database(db_path)
     try:
         rows = conn.execute(
-            "SELECT id, model, dimensions, chunk_count FROM collections WHERE public_id = ?",
+            "SELECT id, model, dimensions, chunk_count FROM vector_stores WHERE public_id = ?",
             (store_id,),
         ).fetchall()
         [(key, model, dims, chunks)] = rows
         assert (model, dims) == (SMOL, 576) and chunks >= chunks_before // 2
         assert conn.execute(f"SELECT count(*) FROM vec_{key}").fetchall() == [(chunks,)]
-        shadows = "SELECT count(*) FROM collections WHERE shadow_of IS NOT NULL"
+        shadows = "SELECT count(*) FROM vector_stores WHERE shadow_of IS NOT NULL"
         assert conn.execute(shadows).fetchall() == [(0,)]
     finally:
         conn.close()

@@ -144,7 +144,7 @@ def test_store_metrics_show_what_it_holds(own_stack: Stack, searched: str) -> No
     assert sample(found, "ragd_ingest_jobs", state="pending") == 0
     assert "ragd_cache_misses_total" in found
     assert sample(found, "ragd_grpc_requests_total", method="Search", code="OK") >= 2
-    assert sample(found, "ragd_grpc_requests_total", method="GetCollection", code="NOT_FOUND") >= 1
+    assert sample(found, "ragd_grpc_requests_total", method="GetVectorStore", code="NOT_FOUND") >= 1
 
 
 def test_versions_of_every_service(own_stack: Stack, api: httpx.Client) -> None:

@@ -202,8 +202,8 @@ def test_a_store_of_another_model_is_a_400_naming_both(
     own_stack: Stack, api: httpx.Client, corpus: list[str]
 ) -> None:
     with grpc.insecure_channel(own_stack.store_target) as channel:
-        other = store_pb2_grpc.StoreStub(channel).CreateCollection(
-            store_pb2.CreateCollectionRequest(name="other", model="other-model", dimensions=384)
+        other = store_pb2_grpc.StoreStub(channel).CreateVectorStore(
+            store_pb2.CreateVectorStoreRequest(name="other", model="other-model", dimensions=384)
         )
     files_before = len(ok(api.get("/v1/files?limit=100"))["data"])
     attempts = [

@@ -175,7 +175,7 @@ def test_a_sqlite_file_that_is_not_ragds_is_refused_and_every_route_still_works(
     # with one trigger added.
     foreign = apsw.Connection(str(backups / "foreign.db"))
     foreign.execute(
-        f"CREATE TABLE collections (x); PRAGMA user_version = {len(migrations.MIGRATIONS)}"
+        f"CREATE TABLE vector_stores (x); PRAGMA user_version = {len(migrations.MIGRATIONS)}"
     )
     foreign.close()
     good = Path(ok(api.post("/admin/backup", json={"path": "good.db"}))["path"])
@@ -189,7 +189,7 @@ def test_a_sqlite_file_that_is_not_ragds_is_refused_and_every_route_still_works(
     }
 
     for name, says in (
-        ("foreign.db", "table 'collections' differs"),
+        ("foreign.db", "table 'vector_stores' differs"),
         ("tampered.db", "trigger 'evil' is not one of ragd's"),
     ):
         reply = api.post("/admin/restore", json={"path": name})

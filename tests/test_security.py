@@ -66,8 +66,8 @@ def test_the_stack_works_and_its_internal_ports_refuse_calls_without_the_token(
     with grpc.insecure_channel(secured.store_target) as channel:
         store = store_pb2_grpc.StoreStub(channel)
         calls: list[tuple[Callable[..., object], object]] = [
-            (store.ListCollections, store_pb2.ListCollectionsRequest()),
-            (store.DeleteCollection, store_pb2.DeleteCollectionRequest(id=store_id)),
+            (store.ListVectorStores, store_pb2.ListVectorStoresRequest()),
+            (store.DeleteVectorStore, store_pb2.DeleteVectorStoreRequest(id=store_id)),
             (store.Backup, store_pb2.BackupRequest(name="stolen.db")),
         ]
         for rpc, request in calls:
@@ -80,8 +80,8 @@ def test_the_stack_works_and_its_internal_ports_refuse_calls_without_the_token(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "invalid service token",
             )
-        listed = store.ListCollections(store_pb2.ListCollectionsRequest(), metadata=right)
-        assert store_id in [c.id for c in listed.collections]
+        listed = store.ListVectorStores(store_pb2.ListVectorStoresRequest(), metadata=right)
+        assert store_id in [c.id for c in listed.vector_stores]
         # Probes need no token: they learn only SERVING or not.
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
@@ -123,14 +123,14 @@ def test_mutual_tls_admits_only_clients_with_a_certificate_of_the_ca(
         try:
             gateway = open_channel(target, "store", 5.0, TOKEN, _tls(certs, "gateway"))
             async with gateway:
-                created = await store_stub(gateway).CreateCollection(
-                    store_pb2.CreateCollectionRequest(name="tls", model="m", dimensions=4)
+                created = await store_stub(gateway).CreateVectorStore(
+                    store_pb2.CreateVectorStoreRequest(name="tls", model="m", dimensions=4)
                 )
                 assert created.id.startswith("vs_")
             # The right certificate but no token: still refused.
             async with open_channel(target, "store", 5.0, None, _tls(certs, "gateway")) as bare:
                 with pytest.raises(errors.Unauthenticated, match="missing service token"):
-                    await store_stub(bare).ListCollections(store_pb2.ListCollectionsRequest())
+                    await store_stub(bare).ListVectorStores(store_pb2.ListVectorStoresRequest())
             # No client certificate, or no TLS at all: the handshake fails.
             ca_only = grpc.ssl_channel_credentials(
                 root_certificates=(certs / "ca.pem").read_bytes()
@@ -141,8 +141,8 @@ def test_mutual_tls_admits_only_clients_with_a_certificate_of_the_ca(
             ):
                 async with channel:
                     with pytest.raises(grpc.aio.AioRpcError) as refused:
-                        await store_pb2_grpc.StoreStub(channel).ListCollections(
-                            store_pb2.ListCollectionsRequest(),
+                        await store_pb2_grpc.StoreStub(channel).ListVectorStores(
+                            store_pb2.ListVectorStoresRequest(),
                             metadata=(("authorization", f"Bearer {TOKEN}"),),
                             timeout=5,
                         )

@@ -12,12 +12,12 @@ import pytest
 from services.pb import store_pb2
 from services.store import migrations
 from services.store.errors import (
-    CollectionNotFound,
     ConversationNotFound,
     FileNotFound,
     InvalidArgument,
     ProjectNotFound,
     ResponseNotFound,
+    VectorStoreNotFound,
 )
 from services.store.records import (
     DEFAULT_PROJECT,
@@ -62,8 +62,8 @@ def test_objects_belong_to_their_creators_project(
     repo: Repository, two: tuple[Access, Access]
 ) -> None:
     alice, bob = two
-    mine = repo.create_collection("docs", MODEL, DIMS, caller=alice)
-    theirs = repo.create_collection("docs", MODEL, DIMS, caller=bob)
+    mine = repo.create_vector_store("docs", MODEL, DIMS, caller=alice)
+    theirs = repo.create_vector_store("docs", MODEL, DIMS, caller=bob)
     file_a = repo.create_file("a.txt", "assistants", b"alpha", caller=alice)
     file_b = repo.create_file("b.txt", "assistants", b"beta", caller=bob)
     conv_a, _ = repo.create_conversation(items=[message("alpha talk")], caller=alice)
@@ -72,9 +72,9 @@ def test_objects_belong_to_their_creators_project(
     repo.record_response(turn("resp_bbbbbbbbbbbb", "beta question"), caller=bob)
 
     # Listings hold the caller's project only; the store itself sees everything.
-    assert [c.id for c in repo.list_collections(caller=alice).items] == [mine.id]
-    assert [c.id for c in repo.list_collections(caller=bob, name="docs").items] == [theirs.id]
-    assert {c.id for c in repo.list_collections().items} == {mine.id, theirs.id}
+    assert [c.id for c in repo.list_vector_stores(caller=alice).items] == [mine.id]
+    assert [c.id for c in repo.list_vector_stores(caller=bob, name="docs").items] == [theirs.id]
+    assert {c.id for c in repo.list_vector_stores().items} == {mine.id, theirs.id}
     assert [f.id for f in repo.list_files(caller=bob).items] == [file_b.id]
     assert [c.id for c in repo.list_conversations(caller=alice).items] == [conv_a.id]
     hits = repo.search_history("talk", 10, caller=bob)
@@ -82,7 +82,7 @@ def test_objects_belong_to_their_creators_project(
 
     # Anything of another project is refused exactly as an unknown id.
     refused = [
-        ("vector_store", theirs.id, CollectionNotFound),
+        ("vector_store", theirs.id, VectorStoreNotFound),
         ("file", file_b.id, FileNotFound),
         ("conversation", conv_b.id, ConversationNotFound),
         ("response", "resp_bbbbbbbbbbbb", ResponseNotFound),
@@ -104,14 +104,14 @@ def test_objects_belong_to_their_creators_project(
     with pytest.raises(InvalidArgument, match="cursor"):
         repo.list_conversations(caller=alice, after=conv_b.id)
     with pytest.raises(InvalidArgument, match="cursor"):
-        repo.list_collections(caller=alice, after=theirs.id)
+        repo.list_vector_stores(caller=alice, after=theirs.id)
 
 
 def test_an_upload_through_a_vector_store_belongs_to_its_project_and_sender(
     repo: Repository, two: tuple[Access, Access]
 ) -> None:
     _, bob = two
-    theirs = repo.create_collection("docs", MODEL, DIMS, caller=bob)
+    theirs = repo.create_vector_store("docs", MODEL, DIMS, caller=bob)
     attached = repo.attach_file(
         theirs.id, upload=upload_of(b"inline upload"), model=None, key_name="bob"
     )
@@ -130,8 +130,8 @@ def upload_of(content: bytes) -> NewFile:
 def test_a_key_limited_to_vector_stores_reaches_their_files_and_its_own(
     repo: Repository,
 ) -> None:
-    store_a = repo.create_collection("a", MODEL, DIMS)
-    store_b = repo.create_collection("b", MODEL, DIMS)
+    store_a = repo.create_vector_store("a", MODEL, DIMS)
+    store_b = repo.create_vector_store("b", MODEL, DIMS)
     in_a = upload(repo, b"in a", "a.txt")
     in_b = upload(repo, b"in b", "b.txt")
     repo.attach_file(store_a.id, in_a.id)
@@ -140,10 +140,10 @@ def test_a_key_limited_to_vector_stores_reaches_their_files_and_its_own(
     own = repo.create_file("mine.txt", "assistants", b"mine", caller=limited)
 
     assert {f.id for f in repo.list_files(caller=limited).items} == {in_a.id, own.id}
-    assert [c.id for c in repo.list_collections(caller=limited).items] == [store_a.id]
+    assert [c.id for c in repo.list_vector_stores(caller=limited).items] == [store_a.id]
     repo.authorize(limited, [("file", in_a.id), ("file", own.id), ("vector_store", store_a.id)])
     for kind, public_id in (("file", in_b.id), ("vector_store", store_b.id)):
-        with pytest.raises((FileNotFound, CollectionNotFound)):
+        with pytest.raises((FileNotFound, VectorStoreNotFound)):
             repo.authorize(limited, [(kind, public_id)])
     # Attached to A later, B's file comes into reach; detached, it leaves again.
     repo.attach_file(store_a.id, in_b.id)
@@ -156,7 +156,7 @@ def test_a_key_limited_to_vector_stores_reaches_their_files_and_its_own(
 def test_a_limited_key_reaches_its_own_conversations_or_by_flag_its_projects(
     repo: Repository,
 ) -> None:
-    store = repo.create_collection("a", MODEL, DIMS)
+    store = repo.create_vector_store("a", MODEL, DIMS)
     app = Access(DEFAULT_PROJECT, "app", frozenset({store.id}))
     other = Access(DEFAULT_PROJECT, "other-app", frozenset({store.id}))
     shared = Access(DEFAULT_PROJECT, "support", frozenset({store.id}), project_conversations=True)
@@ -179,11 +179,11 @@ def test_a_limited_key_reaches_its_own_conversations_or_by_flag_its_projects(
 
 def test_keys_belong_to_a_project_and_name_only_its_vector_stores(repo: Repository) -> None:
     team = repo.create_project("team-c")
-    theirs = repo.create_collection("c", MODEL, DIMS, caller=Access(team.id, "x"))
-    ours = repo.create_collection("d", MODEL, DIMS)
+    theirs = repo.create_vector_store("c", MODEL, DIMS, caller=Access(team.id, "x"))
+    ours = repo.create_vector_store("d", MODEL, DIMS)
     key, _ = repo.create_api_key("c-app", "read", [theirs.id], project="team-c")
     assert (key.project, key.vector_stores) == (team.id, (theirs.id,))
-    with pytest.raises(CollectionNotFound):
+    with pytest.raises(VectorStoreNotFound):
         repo.create_api_key("c-app-2", "read", [ours.id], project=team.id)
     with pytest.raises(InvalidArgument, match="admin keys"):
         repo.create_api_key("c-admin", "admin", project=team.id)

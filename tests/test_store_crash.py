@@ -133,11 +133,11 @@ def test_store_killed_at_random_points_of_an_ingest(own_stack: Stack) -> None:
     conn = open_readonly(path)
     try:
         for store_id in stores:
-            key = scalar(conn, "SELECT id FROM collections WHERE public_id = ?", store_id)
+            key = scalar(conn, "SELECT id FROM vector_stores WHERE public_id = ?", store_id)
             rows = cast(
                 list[tuple[str, int]],
                 conn.execute(
-                    "SELECT file_id, chunk_count FROM collection_files WHERE collection_id = ?",
+                    "SELECT file_id, chunk_count FROM vector_store_files WHERE vector_store_id = ?",
                     (key,),
                 ).fetchall(),
             )
@@ -146,7 +146,7 @@ def test_store_killed_at_random_points_of_an_ingest(own_stack: Stack) -> None:
                 indexes = sorted(
                     int(index)
                     for (index,) in conn.execute(
-                        "SELECT chunk_index FROM chunks WHERE collection_id = ? AND file_id = ?",
+                        "SELECT chunk_index FROM chunks WHERE vector_store_id = ? AND file_id = ?",
                         (key, file_id),
                     )
                 )
@@ -155,7 +155,7 @@ def test_store_killed_at_random_points_of_an_ingest(own_stack: Stack) -> None:
         copies = conn.execute(
             "SELECT count(*) FROM chunks AS a JOIN chunks AS b"
             " ON a.file_id = b.file_id AND a.chunk_index = b.chunk_index AND a.text = b.text"
-            " WHERE a.collection_id < b.collection_id"
+            " WHERE a.vector_store_id < b.vector_store_id"
         ).fetchone()
         total = scalar(conn, "SELECT count(*) FROM chunks")
         assert copies is not None and copies[0] * 2 == total

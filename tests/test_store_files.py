@@ -1,4 +1,4 @@
-"""The store's files, files in collections and file batches, against real SQLite files."""
+"""The store's files, files in vector stores and file batches, against real SQLite files."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from services.store import migrations
 from services.store.db import open_database
 from services.store.errors import (
     BatchNotFound,
-    CollectionFileNotFound,
-    CollectionNotFound,
     FileNotFound,
     InvalidArgument,
     JobNotFound,
+    VectorStoreFileNotFound,
+    VectorStoreNotFound,
 )
 from services.store.records import BatchFileInput, Chunking, ChunkInput, FileCounts
 from services.store.repository import Repository
@@ -42,8 +42,8 @@ FIXTURE_V1 = Path(__file__).parent / "data" / "schema_v1.db.fixture"
 pytestmark = pytest.mark.repo(checks=[check_invariants])
 
 
-def statuses(repo: Repository, collection_id: str, **kwargs: object) -> dict[str, str]:
-    page = repo.list_collection_files(collection_id, limit=100, **kwargs)  # type: ignore[arg-type]
+def statuses(repo: Repository, vector_store_id: str, **kwargs: object) -> dict[str, str]:
+    page = repo.list_vector_store_files(vector_store_id, limit=100, **kwargs)  # type: ignore[arg-type]
     return {item.file_id: item.status for item in page.items}
 
 
@@ -64,17 +64,19 @@ def test_a_schema_v1_database_is_migrated_and_still_searchable(tmp_path: Path) -
         conn.close()
     with open_repository(path) as repo:
         assert repo.migrate() == len(migrations.MIGRATIONS)
-        (collection,) = repo.list_collections().items
-        assert (collection.name, collection.metadata) == ("fixture", {"made": "v1"})
-        assert (collection.chunk_count, collection.file_count) == (12, 3)
-        assert collection.file_counts == FileCounts(completed=3)
-        assert (collection.expires_anchor, collection.expires_at) == ("", 0)
-        assert collection.vector_index == "exact"
+        (vector_store,) = repo.list_vector_stores().items
+        assert (vector_store.name, vector_store.metadata) == ("fixture", {"made": "v1"})
+        assert (vector_store.chunk_count, vector_store.file_count) == (12, 3)
+        assert vector_store.file_counts == FileCounts(completed=3)
+        assert (vector_store.expires_anchor, vector_store.expires_at) == ("", 0)
+        assert vector_store.vector_index == "exact"
         for rowid, vector in vectors.items():
-            top = repo.search(collection.id, vector, k=1)[0]
+            top = repo.search(vector_store.id, vector, k=1)[0]
             assert top.chunk_id == f"chunk_{rowid}"
             assert top.score == pytest.approx(1.0, abs=1e-5)
-        hits = repo.search(collection.id, vectors[1], k=20, filter=Comparison("n", "eq", value=1.0))
+        hits = repo.search(
+            vector_store.id, vectors[1], k=20, filter=Comparison("n", "eq", value=1.0)
+        )
         assert [hit.file_id for hit in hits] == ["file-fixture1"] * 4
         old_file = repo.get_file("file-fixture0")
         assert (old_file.filename, old_file.purpose, old_file.bytes) == (
@@ -83,25 +85,29 @@ def test_a_schema_v1_database_is_migrated_and_still_searchable(tmp_path: Path) -
             0,
         )
         assert repo.get_file_content("file-fixture0")[1] == b""
-        _, chunks = repo.get_collection_file_chunks(collection.id, "file-fixture2")
+        _, chunks = repo.get_vector_store_file_chunks(vector_store.id, "file-fixture2")
         assert [chunk.text for chunk in chunks] == [f"file 2 chunk {i}" for i in range(4)]
         # The new machinery works on the old data.
         new = upload(repo, "new document")
-        repo.attach_file(collection.id, new.id)
+        repo.attach_file(vector_store.id, new.id)
         finish(repo, claim_one(repo), chunks=1)
-        assert repo.get_collection(collection.id).file_counts == FileCounts(completed=4)
+        assert repo.get_vector_store(vector_store.id).file_counts == FileCounts(completed=4)
         repo.delete_file("file-fixture0")
-        assert repo.get_collection(collection.id).chunk_count == 9
+        assert repo.get_vector_store(vector_store.id).chunk_count == 9
         check_invariants(path)
-    # An old collection gets a coarse index like any other once it is large enough.
+    # An old vector store gets a coarse index like any other once it is large enough.
     with open_repository(path, index=IndexSettings(min_rows=1)) as repo:
         while repo.build_indexes():
             pass
-        assert repo.get_collection(collection.id).vector_index == "coarse"
-        hits = repo.search(collection.id, vectors[1], k=20, filter=Comparison("n", "eq", value=1.0))
+        assert repo.get_vector_store(vector_store.id).vector_index == "coarse"
+        hits = repo.search(
+            vector_store.id, vectors[1], k=20, filter=Comparison("n", "eq", value=1.0)
+        )
         assert [hit.file_id for hit in hits] == ["file-fixture1"] * 4
         for vector in vectors.values():
-            coarse, exact = (repo.search(collection.id, vector, 5, exact=e) for e in (False, True))
+            coarse, exact = (
+                repo.search(vector_store.id, vector, 5, exact=e) for e in (False, True)
+            )
             assert [hit.chunk_id for hit in coarse] == [hit.chunk_id for hit in exact]
     check_invariants(path)
 
@@ -163,9 +169,9 @@ def test_unknown_files_are_not_found(repo: Repository, vs_id: str) -> None:
             call()
 
 
-def test_delete_file_removes_it_from_every_collection(repo: Repository) -> None:
-    first = repo.create_collection("a", MODEL, DIMS).id
-    second = repo.create_collection("b", MODEL, DIMS).id
+def test_delete_file_removes_it_from_every_vector_store(repo: Repository) -> None:
+    first = repo.create_vector_store("a", MODEL, DIMS).id
+    second = repo.create_vector_store("b", MODEL, DIMS).id
     doomed, kept = upload(repo, "doomed"), upload(repo, "kept")
     repo.attach_file(first, doomed.id)
     repo.attach_file(first, kept.id)
@@ -177,7 +183,7 @@ def test_delete_file_removes_it_from_every_collection(repo: Repository) -> None:
         repo.get_file(doomed.id)
     assert statuses(repo, first) == {kept.id: "completed"}
     assert statuses(repo, second) == {}
-    after = repo.get_collection(first)
+    after = repo.get_vector_store(first)
     assert (after.chunk_count, after.file_count) == (2, 1)
     hits = repo.search(first, np.ones(DIMS), k=10)
     assert {hit.file_id for hit in hits} == {kept.id}
@@ -192,7 +198,7 @@ def test_attach_records_the_file_and_a_job(repo: Repository, vs_id: str, clock: 
     clock.now += 5
     chunking = Chunking(max_tokens=100, overlap_tokens=20)
     attached = repo.attach_file(vs_id, file.id, {"lang": "en", "year": 2024}, chunking)
-    assert (attached.file_id, attached.collection_id, attached.status) == (
+    assert (attached.file_id, attached.vector_store_id, attached.status) == (
         file.id,
         vs_id,
         "in_progress",
@@ -204,16 +210,16 @@ def test_attach_records_the_file_and_a_job(repo: Repository, vs_id: str, clock: 
     )
     assert attached.attributes == {"lang": "en", "year": 2024}
     assert (attached.last_error, attached.deduplicated, attached.batch_id) == (None, False, "")
-    assert repo.get_collection_file(vs_id, file.id) == attached
-    collection = repo.get_collection(vs_id)
-    assert collection.file_counts == FileCounts(in_progress=1)
-    assert (collection.file_count, collection.chunk_count, collection.last_active_at) == (
+    assert repo.get_vector_store_file(vs_id, file.id) == attached
+    vector_store = repo.get_vector_store(vs_id)
+    assert vector_store.file_counts == FileCounts(in_progress=1)
+    assert (vector_store.file_count, vector_store.chunk_count, vector_store.last_active_at) == (
         1,
         0,
         clock.now,
     )
     job = claim_one(repo)
-    assert (job.collection_id, job.file_id, job.filename, job.content) == (
+    assert (job.vector_store_id, job.file_id, job.filename, job.content) == (
         vs_id,
         file.id,
         "doc.txt",
@@ -224,7 +230,7 @@ def test_attach_records_the_file_and_a_job(repo: Repository, vs_id: str, clock: 
 
 def test_attach_checks_its_arguments(repo: Repository, vs_id: str) -> None:
     file = upload(repo)
-    with pytest.raises(CollectionNotFound):
+    with pytest.raises(VectorStoreNotFound):
         repo.attach_file("vs_nope", file.id)
     with pytest.raises(InvalidArgument, match=r"max_chunk_size_tokens must be 100\.\.4096"):
         repo.attach_file(vs_id, file.id, chunking=Chunking(50, 0))
@@ -244,17 +250,17 @@ def test_attaching_the_same_file_again_is_deduplicated(repo: Repository, vs_id: 
     assert repo.claim_jobs("w2", max_jobs=5, lease_seconds=60) == []  # no second job
     completed = finish(repo, job)
     assert repo.attach_file(vs_id, file.id, {"v": 3}) == replace(completed, deduplicated=True)
-    assert repo.get_collection(vs_id).file_counts == FileCounts(completed=1)
+    assert repo.get_vector_store(vs_id).file_counts == FileCounts(completed=1)
 
 
-def test_identical_content_is_indexed_once_per_collection(repo: Repository, vs_id: str) -> None:
+def test_identical_content_is_indexed_once_per_vector_store(repo: Repository, vs_id: str) -> None:
     original, copy = upload(repo, "same words"), upload(repo, "same words", filename="copy.txt")
     repo.attach_file(vs_id, original.id)
     returned = repo.attach_file(vs_id, copy.id, {"ignored": True})
     assert (returned.file_id, returned.deduplicated, returned.attributes) == (original.id, True, {})
     assert statuses(repo, vs_id) == {original.id: "in_progress"}
-    # Another collection indexes its own copy.
-    other = repo.create_collection("other", MODEL, DIMS).id
+    # Another vector store indexes its own copy.
+    other = repo.create_vector_store("other", MODEL, DIMS).id
     assert not repo.attach_file(other, copy.id).deduplicated
 
 
@@ -301,10 +307,10 @@ def test_identical_content_of_another_completed_file_wins_over_a_reattach(
     assert statuses(repo, vs_id) == {failed.id: "failed", twin.id: "in_progress"}
 
 
-# Files in a collection
+# Files in a vector store
 
 
-def test_list_collection_files_pages_and_filters(
+def test_list_vector_store_files_pages_and_filters(
     repo: Repository, vs_id: str, clock: FakeClock
 ) -> None:
     ids = []
@@ -315,7 +321,7 @@ def test_list_collection_files_pages_and_filters(
     repo.fail_job(claim_one(repo).job_id, "w1", "unsupported_file", "binary")  # ids[1]
 
     def listed(**kwargs: object) -> tuple[list[str], bool]:
-        page = repo.list_collection_files(vs_id, **kwargs)  # type: ignore[arg-type]
+        page = repo.list_vector_store_files(vs_id, **kwargs)  # type: ignore[arg-type]
         return [item.file_id for item in page.items], page.has_more
 
     assert listed() == (ids[::-1], False)
@@ -324,29 +330,29 @@ def test_list_collection_files_pages_and_filters(
     assert listed(limit=2, before=ids[0]) == ([ids[2], ids[1]], True)
     assert listed(status="in_progress") == (ids[:1:-1], False)
     assert listed(status="completed") == ([ids[0]], False)
-    failed = repo.list_collection_files(vs_id, status="failed").items[0]
+    failed = repo.list_vector_store_files(vs_id, status="failed").items[0]
     assert failed.last_error is not None
     assert (failed.last_error.code, failed.last_error.message) == ("unsupported_file", "binary")
     with pytest.raises(InvalidArgument, match="status must be one of"):
-        repo.list_collection_files(vs_id, status="done")
+        repo.list_vector_store_files(vs_id, status="done")
     with pytest.raises(InvalidArgument, match="before cursor"):
-        repo.list_collection_files(vs_id, before="file-elsewhere")
+        repo.list_vector_store_files(vs_id, before="file-elsewhere")
     with pytest.raises(BatchNotFound, match="vsfb_nope"):
-        repo.list_collection_files(vs_id, batch_id="vsfb_nope")
+        repo.list_vector_store_files(vs_id, batch_id="vsfb_nope")
     with pytest.raises(
-        CollectionFileNotFound, match=f"file 'file-nope' is not in vector store '{vs_id}'"
+        VectorStoreFileNotFound, match=f"file 'file-nope' is not in vector store '{vs_id}'"
     ):
-        repo.get_collection_file(vs_id, "file-nope")
+        repo.get_vector_store_file(vs_id, "file-nope")
 
 
 def test_updating_attributes_keeps_chunks_and_changes_filters(repo: Repository, vs_id: str) -> None:
     file = upload(repo)
     repo.attach_file(vs_id, file.id, {"team": "a"})
     finish(repo, claim_one(repo), chunks=3)
-    _, before = repo.get_collection_file_chunks(vs_id, file.id)
+    _, before = repo.get_vector_store_file_chunks(vs_id, file.id)
     only_b = Comparison("team", "eq", value="b")
     assert repo.search(vs_id, np.ones(DIMS), k=10, filter=only_b) == []
-    updated = repo.update_collection_file(vs_id, file.id, {"team": "b", "n": 1.5})
+    updated = repo.update_vector_store_file(vs_id, file.id, {"team": "b", "n": 1.5})
     assert (updated.attributes, updated.status, updated.chunk_count) == (
         {"team": "b", "n": 1.5},
         "completed",
@@ -354,18 +360,18 @@ def test_updating_attributes_keeps_chunks_and_changes_filters(repo: Repository, 
     )
     hits = repo.search(vs_id, np.ones(DIMS), k=10, filter=only_b)
     assert len(hits) == 3 and hits[0].attributes == {"team": "b", "n": 1.5}
-    assert repo.get_collection_file_chunks(vs_id, file.id)[1] == before
-    with pytest.raises(CollectionFileNotFound):
-        repo.update_collection_file(vs_id, "file-nope", {})
+    assert repo.get_vector_store_file_chunks(vs_id, file.id)[1] == before
+    with pytest.raises(VectorStoreFileNotFound):
+        repo.update_vector_store_file(vs_id, "file-nope", {})
 
 
 def test_chunks_of_a_file_in_order_only_once_completed(repo: Repository, vs_id: str) -> None:
     file = upload(repo)
     repo.attach_file(vs_id, file.id)
-    record, chunks = repo.get_collection_file_chunks(vs_id, file.id)
+    record, chunks = repo.get_vector_store_file_chunks(vs_id, file.id)
     assert (record.status, chunks) == ("in_progress", [])
     finish(repo, claim_one(repo), chunks=4)
-    record, chunks = repo.get_collection_file_chunks(vs_id, file.id)
+    record, chunks = repo.get_vector_store_file_chunks(vs_id, file.id)
     assert record.chunk_count == 4
     assert [(c.chunk_index, c.text, c.token_count) for c in chunks] == [
         (i, f"{file.id} chunk {i}", 3) for i in range(4)
@@ -382,16 +388,20 @@ def test_detach_removes_chunks_vectors_and_job(repo: Repository, vs_id: str) -> 
     repo.detach_file(vs_id, done.id)
     repo.detach_file(vs_id, pending.id)
     assert statuses(repo, vs_id) == {}
-    collection = repo.get_collection(vs_id)
-    assert (collection.chunk_count, collection.file_count, collection.usage_bytes) == (0, 0, 0)
+    vector_store = repo.get_vector_store(vs_id)
+    assert (vector_store.chunk_count, vector_store.file_count, vector_store.usage_bytes) == (
+        0,
+        0,
+        0,
+    )
     assert repo.search(vs_id, np.ones(DIMS), k=10) == []
     assert repo.claim_jobs("w1", 10, 60) == []
-    with pytest.raises(CollectionFileNotFound):
+    with pytest.raises(VectorStoreFileNotFound):
         repo.detach_file(vs_id, done.id)
     assert repo.get_file(done.id).id == done.id  # the file itself stays
 
 
-# Collections
+# VectorStores
 
 
 def test_file_counts_and_totals_follow_statuses(repo: Repository, vs_id: str) -> None:
@@ -400,30 +410,30 @@ def test_file_counts_and_totals_follow_statuses(repo: Repository, vs_id: str) ->
         repo.attach_file(vs_id, file_id)
     completed = finish(repo, claim_one(repo), chunks=2)
     repo.fail_job(claim_one(repo).job_id, "w1", "invalid_file", "empty")
-    collection = repo.get_collection(vs_id)
-    assert collection.file_counts == FileCounts(in_progress=2, completed=1, failed=1)
-    assert collection.file_counts.total == collection.file_count == 4
-    assert (collection.chunk_count, collection.usage_bytes) == (2, completed.usage_bytes)
-    assert repo.list_collections().items[0] == collection
+    vector_store = repo.get_vector_store(vs_id)
+    assert vector_store.file_counts == FileCounts(in_progress=2, completed=1, failed=1)
+    assert vector_store.file_counts.total == vector_store.file_count == 4
+    assert (vector_store.chunk_count, vector_store.usage_bytes) == (2, completed.usage_bytes)
+    assert repo.list_vector_stores().items[0] == vector_store
 
 
 def test_expiry_and_updates(repo: Repository, clock: FakeClock) -> None:
-    created = repo.create_collection(
+    created = repo.create_vector_store(
         "x", MODEL, DIMS, expires_anchor="last_active_at", expires_days=7
     )
     assert (created.expires_anchor, created.expires_days) == ("last_active_at", 7)
     assert created.expires_at == clock.now + 7 * 86400
-    assert repo.get_collection(created.id) == created
+    assert repo.get_vector_store(created.id) == created
     clock.now += 100
     repo.search(created.id, np.ones(DIMS), k=1)  # activity moves the expiry
-    assert repo.get_collection(created.id).expires_at == clock.now + 7 * 86400
-    renamed = repo.update_collection(created.id, name="y", metadata={"k": "v"})
+    assert repo.get_vector_store(created.id).expires_at == clock.now + 7 * 86400
+    renamed = repo.update_vector_store(created.id, name="y", metadata={"k": "v"})
     assert (renamed.name, renamed.metadata, renamed.expires_days) == ("y", {"k": "v"}, 7)
-    never = repo.update_collection(created.id, expires=("", 0))
+    never = repo.update_vector_store(created.id, expires=("", 0))
     assert (never.name, never.expires_anchor, never.expires_at) == ("y", "", 0)
-    assert repo.update_collection(created.id) == never
-    with pytest.raises(CollectionNotFound):
-        repo.update_collection("vs_nope", name="z")
+    assert repo.update_vector_store(created.id) == never
+    with pytest.raises(VectorStoreNotFound):
+        repo.update_vector_store("vs_nope", name="z")
 
 
 @pytest.mark.parametrize(
@@ -432,20 +442,20 @@ def test_expiry_and_updates(repo: Repository, clock: FakeClock) -> None:
 )
 def test_bad_expiry_is_rejected(repo: Repository, anchor: str, days: int, message: str) -> None:
     with pytest.raises(InvalidArgument, match=message):
-        repo.create_collection("x", MODEL, DIMS, expires_anchor=anchor, expires_days=days)
-    collection = repo.create_collection("x", MODEL, DIMS)
+        repo.create_vector_store("x", MODEL, DIMS, expires_anchor=anchor, expires_days=days)
+    vector_store = repo.create_vector_store("x", MODEL, DIMS)
     with pytest.raises(InvalidArgument, match=message):
-        repo.update_collection(collection.id, expires=(anchor, days))
+        repo.update_vector_store(vector_store.id, expires=(anchor, days))
 
 
-def test_delete_collection_removes_files_jobs_and_batches(repo: Repository, vs_id: str) -> None:
-    kept = repo.create_collection("kept", MODEL, DIMS).id
+def test_delete_vector_store_removes_files_jobs_and_batches(repo: Repository, vs_id: str) -> None:
+    kept = repo.create_vector_store("kept", MODEL, DIMS).id
     files = [upload(repo, f"doc {i}").id for i in range(3)]
     batch = repo.create_file_batch(vs_id, [BatchFileInput(file_id) for file_id in files])
     repo.attach_file(kept, files[0])
     finish(repo, claim_one(repo))
-    repo.delete_collection(vs_id)
-    assert repo.claim_jobs("w1", 10, 60)[0].collection_id == kept
+    repo.delete_vector_store(vs_id)
+    assert repo.claim_jobs("w1", 10, 60)[0].vector_store_id == kept
     conn = open_database(repo.path)
     try:
         assert conn.execute("SELECT count(*) FROM file_batches").fetchone() == (0,)
@@ -453,7 +463,7 @@ def test_delete_collection_removes_files_jobs_and_batches(repo: Repository, vs_i
     finally:
         conn.close()
     assert [repo.get_file(file_id).id for file_id in files] == files
-    with pytest.raises(CollectionNotFound):
+    with pytest.raises(VectorStoreNotFound):
         repo.get_file_batch(vs_id, batch.id)
 
 
@@ -470,13 +480,13 @@ def test_a_batch_attaches_files_and_reports_progress(repo: Repository, vs_id: st
         + [BatchFileInput(file_id) for file_id in files[1:]],
     )
     assert batch.id.startswith("vsfb_") and len(batch.id) == 29
-    assert (batch.collection_id, batch.status) == (vs_id, "in_progress")
+    assert (batch.vector_store_id, batch.status) == (vs_id, "in_progress")
     assert batch.file_counts == FileCounts(in_progress=3)  # `single` was deduplicated
-    members = repo.list_collection_files(vs_id, batch_id=batch.id).items
+    members = repo.list_vector_store_files(vs_id, batch_id=batch.id).items
     assert {item.file_id for item in members} == set(files)
     assert all(item.batch_id == batch.id for item in members)
-    assert repo.get_collection_file(vs_id, single.id).batch_id == ""
-    assert repo.get_collection_file(vs_id, files[0]).attributes == {"n": 0}
+    assert repo.get_vector_store_file(vs_id, single.id).batch_id == ""
+    assert repo.get_vector_store_file(vs_id, files[0]).attributes == {"n": 0}
     jobs = repo.claim_jobs("w1", max_jobs=10, lease_seconds=60)
     assert [job.file_id for job in jobs] == [single.id, *files]  # oldest first
     for job in jobs[:3]:
@@ -485,7 +495,7 @@ def test_a_batch_attaches_files_and_reports_progress(repo: Repository, vs_id: st
     done = repo.get_file_batch(vs_id, batch.id)
     assert (done.status, done.file_counts) == ("completed", FileCounts(completed=2, failed=1))
     assert (
-        repo.list_collection_files(vs_id, batch_id=batch.id, status="failed").items[0].file_id
+        repo.list_vector_store_files(vs_id, batch_id=batch.id, status="failed").items[0].file_id
         == files[2]
     )
 
@@ -525,7 +535,7 @@ def test_cancel_a_batch(repo: Repository, vs_id: str) -> None:
     assert repo.claim_jobs("w1", 10, 60) == []
     with pytest.raises(JobNotFound):
         finish(repo, held, worker="w2")
-    assert repo.get_collection(vs_id).chunk_count == 2
+    assert repo.get_vector_store(vs_id).chunk_count == 2
 
 
 def test_cancelling_a_finished_batch_changes_nothing(repo: Repository, vs_id: str) -> None:
@@ -534,9 +544,9 @@ def test_cancelling_a_finished_batch_changes_nothing(repo: Repository, vs_id: st
     assert repo.cancel_file_batch(vs_id, batch.id).status == "completed"
 
 
-def test_batches_belong_to_their_collection(repo: Repository, vs_id: str) -> None:
+def test_batches_belong_to_their_vector_store(repo: Repository, vs_id: str) -> None:
     batch = repo.create_file_batch(vs_id, [BatchFileInput(upload(repo).id)])
-    other = repo.create_collection("other", MODEL, DIMS).id
+    other = repo.create_vector_store("other", MODEL, DIMS).id
     for call in (repo.get_file_batch, repo.cancel_file_batch):
         with pytest.raises(BatchNotFound, match=batch.id):
             call(other, batch.id)
@@ -558,4 +568,4 @@ def test_add_chunks_over_an_attached_file_completes_it_and_drops_its_job(
     )
     assert statuses(repo, vs_id) == {file.id: "completed"}
     assert repo.claim_jobs("w1", 10, 60) == []
-    assert repo.get_collection(vs_id).file_count == 1
+    assert repo.get_vector_store(vs_id).file_count == 1

@@ -154,7 +154,7 @@ FILES = 40
 @dataclass
 class Corpus:
     repo: Repository
-    collection_id: str
+    vector_store_id: str
     file_ids: list[str]
     # Per chunk: its public id, its file's index and its vector.
     chunk_ids: list[str]
@@ -188,10 +188,10 @@ def corpus(
     path = tmp_path_factory.mktemp("filters") / "ragd.db"
     index_settings: IndexSettings = INDEXES[request.param]
     with open_repository(path, index=index_settings) as repo:
-        collection_id = repo.create_collection("filters", MODEL, DIMS).id
+        vector_store_id = repo.create_vector_store("filters", MODEL, DIMS).id
         file_ids = [upload(repo, f"doc {i}").id for i in range(FILES)]
         for file_id in file_ids:
-            repo.attach_file(collection_id, file_id)
+            repo.attach_file(vector_store_id, file_id)
         chunk_ids: list[str] = []
         chunk_files: list[int] = []
         blocks = []
@@ -200,21 +200,21 @@ def corpus(
             block = unit_vectors(rng, count, DIMS)
             chunks = [f"{job.file_id} {i}" for i in range(count)]
             repo.complete_job(job.job_id, "w1", [ChunkInput(text) for text in chunks], block, MODEL)
-            _, stored = repo.get_collection_file_chunks(collection_id, job.file_id)
+            _, stored = repo.get_vector_store_file_chunks(vector_store_id, job.file_id)
             assert job.file_id == file_ids[index]
             chunk_ids += [chunk.chunk_id for chunk in stored]
             chunk_files += [index] * count
             blocks.append(block)
         # Files still in progress hold no chunks, whatever their attributes.
         for i in range(2):
-            repo.attach_file(collection_id, upload(repo, f"pending {i}").id, {"a": "x"})
+            repo.attach_file(vector_store_id, upload(repo, f"pending {i}").id, {"a": "x"})
         while repo.build_indexes():
             pass
         expected = "coarse" if index_settings.coarse else "exact"
-        assert repo.get_collection(collection_id).vector_index == expected
+        assert repo.get_vector_store(vector_store_id).vector_index == expected
         yield Corpus(
             repo,
-            collection_id,
+            vector_store_id,
             file_ids,
             chunk_ids,
             np.array(chunk_files),
@@ -235,9 +235,9 @@ def test_filtered_search_is_the_exact_top_k_of_the_matches(
 ) -> None:
     repo = corpus.repo
     for file_id, attributes in zip(corpus.file_ids, file_attributes, strict=True):
-        repo.update_collection_file(corpus.collection_id, file_id, attributes)
+        repo.update_vector_store_file(corpus.vector_store_id, file_id, attributes)
     query = unit_vectors(np.random.default_rng(seed), 1, DIMS)[0]
-    hits = repo.search(corpus.collection_id, query, k=k, filter=node)
+    hits = repo.search(corpus.vector_store_id, query, k=k, filter=node)
 
     matching_files = [matches(node, attributes) for attributes in file_attributes]
     candidates = np.flatnonzero(np.array(matching_files)[corpus.chunk_files])

@@ -73,7 +73,7 @@ def forget_process(repo: Repository) -> None:
 def test_a_search_sees_every_write_committed_before_it(repo: Repository, vs_id: str) -> None:
     add(repo, vs_id, "file-a")
     add(repo, vs_id, "file-c", seed=1)
-    # No background loop ran: the search applies what its collection has queued.
+    # No background loop ran: the search applies what its vector store has queued.
     assert queued(repo) > 0
     assert lexical(repo, vs_id, "orbit") == ["file-c"]
     assert queued(repo) == 0
@@ -111,8 +111,9 @@ def test_rows_applied_again_after_a_crash_change_nothing(repo: Repository, vs_id
     conn = open_database(repo.path)
     try:
         conn.execute(
-            "INSERT INTO fulltext_queue (collection_id, chunk_id)"
-            " SELECT collection_id, id FROM chunks UNION ALL SELECT collection_id, 999 FROM chunks"
+            "INSERT INTO fulltext_queue (vector_store_id, chunk_id)"
+            " SELECT vector_store_id, id FROM chunks"
+            " UNION ALL SELECT vector_store_id, 999 FROM chunks"
         )
     finally:
         conn.close()
@@ -133,7 +134,7 @@ def test_a_lost_index_is_rebuilt_from_the_chunks(repo: Repository, vs_id: str) -
 def test_an_index_of_another_database_is_not_used(repo: Repository, vs_id: str) -> None:
     add(repo, vs_id, "file-a")
     assert lexical(repo, vs_id, "lighthouse") == ["file-a"]
-    key = repo.stats().database.collections[0]
+    key = repo.stats().database.vector_stores[0]
     folder = fulltext.directory(repo.path)
     # Its generation no longer matches the database's record: rebuilt, not trusted.
     (folder / "1" / "ragd-generation").write_text("0123456789abcdef")
@@ -163,12 +164,12 @@ def test_a_large_index_being_rebuilt_leaves_hybrid_to_vectors(
 
 
 def test_a_deleted_store_takes_its_index_along(repo: Repository) -> None:
-    kept = repo.create_collection("kept", MODEL, DIMS).id
-    gone = repo.create_collection("gone", MODEL, DIMS).id
+    kept = repo.create_vector_store("kept", MODEL, DIMS).id
+    gone = repo.create_vector_store("gone", MODEL, DIMS).id
     add(repo, kept, "file-a")
     add(repo, gone, "file-b", seed=1)
     assert lexical(repo, gone, "bread") == ["file-b"]
-    repo.delete_collection(gone)
+    repo.delete_vector_store(gone)
     while repo.build_indexes():
         pass
     folder = fulltext.directory(repo.path)
@@ -215,7 +216,7 @@ def free_pages(path: Path) -> tuple[int, int]:
 def test_vacuum_gives_free_pages_back_in_slices(
     repo: Repository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = repo.create_collection("big", MODEL, DIMS).id
+    store = repo.create_vector_store("big", MODEL, DIMS).id
     for number in range(8):
         repo.add_chunks(
             store,
@@ -226,7 +227,7 @@ def test_vacuum_gives_free_pages_back_in_slices(
             unit_vectors(np.random.default_rng(number), 50, DIMS),
             MODEL,
         )
-    repo.delete_collection(store)
+    repo.delete_vector_store(store)
     mode, free = free_pages(repo.path)
     assert mode == vacuum.INCREMENTAL and free > 40
     slices = []

@@ -30,7 +30,7 @@ def mode(path: Path) -> int:
 
 def test_the_database_and_its_backups_are_owner_only(tmp_path: Path) -> None:
     with make(tmp_path / "data" / "ragd.db", backup_reserve_bytes=0) as repo:
-        repo.create_collection("private", MODEL, 4)
+        repo.create_vector_store("private", MODEL, 4)
         backup = repo.backup("nightly/one.db").path
         files = [repo.path, repo.path.with_name("ragd.db-wal"), repo.path.with_name("ragd.db-shm")]
         assert [mode(path) for path in files] == [0o600] * 3
@@ -85,8 +85,8 @@ def test_a_full_disk_is_storage_full_and_writes_resume_when_space_returns(
     async def scenario() -> None:
         async with running_store(small_disk / "ragd.db") as store:
             stub = store.stub
-            collection = await stub.CreateCollection(
-                pb.CreateCollectionRequest(name="full", model=MODEL, dimensions=4)
+            vector_store = await stub.CreateVectorStore(
+                pb.CreateVectorStoreRequest(name="full", model=MODEL, dimensions=4)
             )
             kept = await stub.CreateFile(
                 pb.CreateFileRequest(filename="kept.txt", purpose="assistants", content=b"keep")
@@ -125,7 +125,7 @@ def test_a_full_disk_is_storage_full_and_writes_resume_when_space_returns(
             )
             assert again.id.startswith("file-")
             assert not (await stub.GetStatus(pb.GetStatusRequest())).storage_full
-            assert (await stub.GetCollection(pb.GetCollectionRequest(id=collection.id))).name
+            assert (await stub.GetVectorStore(pb.GetVectorStoreRequest(id=vector_store.id))).name
         with make(small_disk / "ragd.db") as repo:
             problems = [row[0] for row in repo._conn().execute("PRAGMA integrity_check")]
             assert problems == ["ok"]

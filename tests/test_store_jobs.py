@@ -37,9 +37,9 @@ LEASE = 60
 pytestmark = pytest.mark.repo(checks=[check_invariants])
 
 
-def attach_new(repo: Repository, collection_id: str, text: str = "hello") -> str:
+def attach_new(repo: Repository, vector_store_id: str, text: str = "hello") -> str:
     file = upload(repo, text)
-    repo.attach_file(collection_id, file.id)
+    repo.attach_file(vector_store_id, file.id)
     return file.id
 
 
@@ -73,12 +73,12 @@ def test_a_job_carries_the_api_key_its_file_was_attached_for(repo: Repository, v
 def test_jobs_of_another_model_fail_at_claim_in_the_model_rules_words(
     repo: Repository, vs_id: str
 ) -> None:
-    other = repo.create_collection("other", "bge-small", DIMS).id
+    other = repo.create_vector_store("other", "bge-small", DIMS).id
     mine, theirs = attach_new(repo, vs_id, "mine"), attach_new(repo, other, "theirs")
     served = [EmbeddingModel(MODEL, DIMS)]
     claimed = repo.claim_jobs("w1", max_jobs=10, lease_seconds=LEASE, models=served)
     assert [job.file_id for job in claimed] == [mine]
-    failed = repo.get_collection_file(other, theirs)
+    failed = repo.get_vector_store_file(other, theirs)
     assert failed.status == "failed" and failed.last_error is not None
     assert failed.last_error.code == "server_error"
     assert failed.last_error.message == (
@@ -90,7 +90,7 @@ def test_jobs_of_another_model_fail_at_claim_in_the_model_rules_words(
     third = attach_new(repo, other, "again")
     two = [*served, EmbeddingModel("e5", 768)]
     assert repo.claim_jobs("w1", max_jobs=10, lease_seconds=LEASE, models=two) == []
-    message = repo.get_collection_file(other, third).last_error
+    message = repo.get_vector_store_file(other, third).last_error
     assert message is not None and "which no embedder here serves" in message.message
 
 
@@ -98,7 +98,7 @@ def test_concurrent_claimers_never_share_a_job(tmp_path: Path, clock: FakeClock)
     path = tmp_path / "ragd.db"
     workers, per_claim, count = 4, 3, 60
     with open_repository(path, clock) as repo:
-        vs_id = repo.create_collection("notes", MODEL, DIMS).id
+        vs_id = repo.create_vector_store("notes", MODEL, DIMS).id
         expected = {attach_new(repo, vs_id, f"doc {i}") for i in range(count)}
         claimed: dict[str, list[str]] = {f"w{n}": [] for n in range(workers)}
         # Every round, all workers claim at the same moment, each on its own connection.
@@ -171,10 +171,10 @@ def test_complete_writes_chunks_vectors_and_status_together(
         2,
         usage,
     )
-    collection = repo.get_collection(vs_id)
-    assert (collection.chunk_count, collection.usage_bytes) == (2, usage)
-    assert collection.file_counts == FileCounts(completed=1)
-    assert collection.last_active_at == clock.now
+    vector_store = repo.get_vector_store(vs_id)
+    assert (vector_store.chunk_count, vector_store.usage_bytes) == (2, usage)
+    assert vector_store.file_counts == FileCounts(completed=1)
+    assert vector_store.last_active_at == clock.now
     top = repo.search(vs_id, vectors[1], k=1)[0]
     assert (top.file_id, top.text, top.chunk_index) == (file_id, "second", 1)
     with pytest.raises(LeaseLost, match="already finished"):
@@ -193,7 +193,7 @@ def test_an_empty_document_completes_with_no_chunks(repo: Repository, vs_id: str
     ("dims", "model", "error"),
     [(DIMS * 2, MODEL, DimensionMismatch), (DIMS, "bge-base", ModelMismatch)],
 )
-def test_complete_refuses_vectors_the_collection_cannot_hold(
+def test_complete_refuses_vectors_the_vector_store_cannot_hold(
     repo: Repository, vs_id: str, dims: int, model: str, error: type[Exception]
 ) -> None:
     attach_new(repo, vs_id)
@@ -231,8 +231,8 @@ def test_a_failing_complete_writes_nothing(repo: Repository, vs_id: str) -> None
         conn.execute("DROP TRIGGER fail_done")
     finally:
         conn.close()
-    assert repo.get_collection_file(vs_id, job.file_id).status == "in_progress"
-    assert repo.get_collection(vs_id).chunk_count == 0
+    assert repo.get_vector_store_file(vs_id, job.file_id).status == "in_progress"
+    assert repo.get_vector_store(vs_id).chunk_count == 0
     check_invariants(repo.path)
     assert finish(repo, job, chunks=3).chunk_count == 3
 
@@ -287,7 +287,7 @@ def test_unknown_jobs_are_not_found(repo: Repository) -> None:
         repo.fail_job(99, "w1", "server_error", "x")
 
 
-@pytest.mark.parametrize("removal", ["detach", "delete_file", "delete_collection"])
+@pytest.mark.parametrize("removal", ["detach", "delete_file", "delete_vector_store"])
 def test_a_job_removed_while_leased_writes_nothing(
     repo: Repository, vs_id: str, removal: str
 ) -> None:
@@ -298,7 +298,7 @@ def test_a_job_removed_while_leased_writes_nothing(
     elif removal == "delete_file":
         repo.delete_file(file_id)
     else:
-        repo.delete_collection(vs_id)
+        repo.delete_vector_store(vs_id)
     with pytest.raises(JobNotFound):
         repo.renew_job(job.job_id, "w1", LEASE)
     with pytest.raises(JobNotFound):
@@ -329,7 +329,7 @@ def test_a_transient_failure_is_retried_after_the_delay(
 
 def test_retries_stop_after_the_attempt_limit(tmp_path: Path, clock: FakeClock) -> None:
     with open_repository(tmp_path / "ragd.db", clock, max_attempts=3) as repo:
-        vs_id = repo.create_collection("notes", MODEL, DIMS).id
+        vs_id = repo.create_vector_store("notes", MODEL, DIMS).id
         attach_new(repo, vs_id)
         for attempt in (1, 2, 3):
             job = claim_one(repo)
@@ -345,14 +345,14 @@ def test_retries_stop_after_the_attempt_limit(tmp_path: Path, clock: FakeClock) 
 
 def test_a_job_whose_workers_keep_dying_fails(tmp_path: Path, clock: FakeClock) -> None:
     with open_repository(tmp_path / "ragd.db", clock, max_attempts=2) as repo:
-        vs_id = repo.create_collection("notes", MODEL, DIMS).id
+        vs_id = repo.create_vector_store("notes", MODEL, DIMS).id
         file_id = attach_new(repo, vs_id)
         for attempt in (1, 2):
             assert claim_one(repo, worker=f"w{attempt}").attempt == attempt
             clock.now += LEASE  # the worker died: its lease runs out
         later = attach_new(repo, vs_id, "other")
         assert [job.file_id for job in repo.claim_jobs("w3", 5, LEASE)] == [later]
-        record = repo.get_collection_file(vs_id, file_id)
+        record = repo.get_vector_store_file(vs_id, file_id)
         assert record.status == "failed" and record.last_error is not None
         assert record.last_error.code == "server_error"
         assert "abandoned 2 times" in record.last_error.message
@@ -366,7 +366,7 @@ def test_a_permanent_failure_records_the_error(repo: Repository, vs_id: str) -> 
     assert failed.status == "failed" and failed.last_error is not None
     assert failed.last_error.code == "unsupported_file"
     assert len(failed.last_error.message) == jobs.MAX_ERROR_MESSAGE
-    assert repo.get_collection(vs_id).file_counts == FileCounts(failed=1)
+    assert repo.get_vector_store(vs_id).file_counts == FileCounts(failed=1)
     with pytest.raises(LeaseLost, match="already finished"):
         repo.fail_job(job.job_id, "w1", "unsupported_file", "again")
 

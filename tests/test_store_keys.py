@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from services.pb import store_pb2 as pb
-from services.store.errors import CollectionNotFound, InvalidArgument, KeyExists, KeyNotFound
+from services.store.errors import InvalidArgument, KeyExists, KeyNotFound, VectorStoreNotFound
 from services.store.records import KeyUsage
 from services.store.repository import Repository
 from tests.store_fixtures import FakeClock, RunningStore, expect_status, run_against_store
@@ -46,7 +46,7 @@ def test_bad_keys_are_refused(repo: Repository, vs_id: str) -> None:
         repo.create_api_key("has space", "read")
     with pytest.raises(InvalidArgument, match="limits"):
         repo.create_api_key("x", "read", requests_per_minute=-1)
-    with pytest.raises(CollectionNotFound):
+    with pytest.raises(VectorStoreNotFound):
         repo.create_api_key("x", "read", ["vs_nope"])
     repo.create_api_key("x", "read")
     with pytest.raises(KeyExists):
@@ -85,11 +85,11 @@ def test_usage_adds_up_in_total_and_per_utc_day(repo: Repository, clock: FakeClo
     )
     (key,) = repo.list_api_keys()
     assert (key.requests, key.searches, key.embedded_tokens, key.bytes_stored) == (3, 1, 500, 5000)
-    assert key.tokens_today == 500 and key.last_used_at == clock.now
+    assert key.embedded_tokens_today == 500 and key.last_used_at == clock.now
     clock.now += 86400
     repo.record_key_usage([KeyUsage("busy", embedded_tokens=7)])
     (key,) = repo.list_api_keys()
-    assert key.tokens_today == 7 and key.embedded_tokens == 507
+    assert key.embedded_tokens_today == 7 and key.embedded_tokens == 507
 
 
 def test_keys_over_grpc(tmp_path: Path) -> None:

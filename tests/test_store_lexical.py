@@ -38,9 +38,9 @@ def test_a_file_is_searchable_by_text_then_gets_its_vectors(repo: Repository, vs
     # A worker whose embedders answer would take the job for a full pass; one that knows the
     # model is away gets a lexical pass.
     assert lexical_pass(repo) == file_id
-    collection = repo.get_collection(vs_id)
-    assert collection.file_counts.completed == 1 and collection.file_counts.vectors_pending == 1
-    assert collection.chunk_count == 1
+    vector_store = repo.get_vector_store(vs_id)
+    assert vector_store.file_counts.completed == 1 and vector_store.file_counts.vectors_pending == 1
+    assert vector_store.chunk_count == 1
     hits = repo.search(vs_id, None, k=5, mode="lexical", query_text="lighthouse")
     assert [hit.file_id for hit in hits] == [file_id]
     assert repo.search(vs_id, unit_vectors(np.random.default_rng(0), 1, DIMS)[0], k=5) == []
@@ -56,8 +56,8 @@ def test_a_file_is_searchable_by_text_then_gets_its_vectors(repo: Repository, vs
     vectors = unit_vectors(np.random.default_rng(1), 2, DIMS)
     record = repo.complete_job(job.job_id, "w2", chunks, vectors, MODEL)
     assert (record.status, record.vectors_pending, record.chunk_count) == ("completed", False, 2)
-    collection = repo.get_collection(vs_id)
-    assert collection.file_counts.vectors_pending == 0 and collection.chunk_count == 2
+    vector_store = repo.get_vector_store(vs_id)
+    assert vector_store.file_counts.vectors_pending == 0 and vector_store.chunk_count == 2
     found = repo.search(vs_id, vectors[1], k=5)
     assert found[0].text == "logs passing ships"
     assert repo.claim_jobs("w1", max_jobs=5, lease_seconds=LEASE, models=SERVED) == []

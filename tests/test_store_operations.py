@@ -118,7 +118,7 @@ def test_a_zero_bound_disables_the_cache(tmp_path: Path) -> None:
 
 def entry(operation: str = "search", store: str = "vs_a", at: float = 1.7e9) -> AuditEntry:
     return AuditEntry(
-        at=at, operation=operation, collection_id=store, k=5, latency_ms=2.5, result_count=3
+        at=at, operation=operation, vector_store_id=store, k=5, latency_ms=2.5, result_count=3
     )
 
 
@@ -129,7 +129,7 @@ def test_audit_entries_are_listed_newest_first_with_filters(repo: Repository) ->
     assert [item.id for item in page.items] == [4, 3, 2, 1] and not page.has_more
     assert page.items[0].degraded and not page.items[1].degraded
     assert page.items[3] == AuditEntry(**{**entries[0].__dict__, "id": 1})
-    searches = repo.list_audit(limit=10, operation="search", collection_id="vs_a")
+    searches = repo.list_audit(limit=10, operation="search", vector_store_id="vs_a")
     assert [item.id for item in searches.items] == [4, 1]
     first = repo.list_audit(limit=2)
     assert [item.id for item in first.items] == [4, 3] and first.has_more
@@ -191,8 +191,8 @@ def scalar(path: Path, sql: str) -> int:
 
 def test_deleting_frees_rows_and_vacuum_gives_the_space_back(repo: Repository) -> None:
     dims = 384
-    kept = repo.create_collection("kept", MODEL, dims).id
-    dropped = repo.create_collection("dropped", MODEL, dims).id
+    kept = repo.create_vector_store("kept", MODEL, dims).id
+    dropped = repo.create_vector_store("dropped", MODEL, dims).id
     # 700 vectors per file: deleted files share vec0's 1024-slot chunks with kept ones.
     for number in range(4):
         add_file(repo, kept, f"file-{number}", 700, dims, seed=number)
@@ -202,8 +202,8 @@ def test_deleting_frees_rows_and_vacuum_gives_the_space_back(repo: Repository) -
 
     repo.delete_file("file-1")
     repo.detach_file(kept, "file-3")
-    repo.delete_collection(dropped)
-    key = scalar(repo.path, "SELECT id FROM collections")
+    repo.delete_vector_store(dropped)
+    key = scalar(repo.path, "SELECT id FROM vector_stores")
     assert scalar(repo.path, "SELECT count(*) FROM chunks") == 1400
     assert scalar(repo.path, f"SELECT count(*) FROM vec_{key}") == 1400
     assert scalar(repo.path, "SELECT count(*) FROM files") == 4
@@ -214,18 +214,18 @@ def test_deleting_frees_rows_and_vacuum_gives_the_space_back(repo: Repository) -
     assert len(indexed_chunks(fulltext.directory(repo.path) / str(key))) == 1400
     assert [entry.name for entry in fulltext.directory(repo.path).iterdir()] == [str(key)]
     check_fts_index(repo.path)
-    (collection,) = repo.stats().database.collections
-    assert (collection.chunks, collection.vectors) == (1400, 1400)
+    (vector_store,) = repo.stats().database.vector_stores
+    assert (vector_store.chunks, vector_store.vectors) == (1400, 1400)
     # vec0 keeps the deleted vectors' slots in partly used chunks until vacuum compacts them.
-    assert collection.vector_slots == 3072
+    assert vector_store.vector_slots == 3072
 
     result = repo.vacuum()
     assert result.compacted == 1
     assert result.bytes_after == sum(file_bytes(repo.path))
     deleted_vectors = (2 * 700 + 1500) * dims * 4
     assert result.bytes_before - result.bytes_after > 0.8 * deleted_vectors, result
-    (collection,) = repo.stats().database.collections
-    assert (collection.vectors, collection.vector_slots) == (1400, 2048)
+    (vector_store,) = repo.stats().database.vector_stores
+    assert (vector_store.vectors, vector_store.vector_slots) == (1400, 2048)
     survivors = [hit.chunk_id for hit in before_hits if hit.file_id in ("file-0", "file-2")]
     after_hits = [hit.chunk_id for hit in repo.search(kept, probe, k=5)]
     assert after_hits[: len(survivors)] == survivors
@@ -243,20 +243,20 @@ def tables(path: Path) -> set[str]:
 
 
 def test_stats_count_every_store_and_the_whole_database(repo: Repository) -> None:
-    first = repo.create_collection("a", MODEL, DIMS).id
-    second = repo.create_collection("b", MODEL, DIMS).id
+    first = repo.create_vector_store("a", MODEL, DIMS).id
+    second = repo.create_vector_store("b", MODEL, DIMS).id
     add_file(repo, first, "file-1", 3, DIMS, seed=1)
     add_file(repo, second, "file-2", 2, DIMS, seed=2)
     pending = upload(repo, "pending text")
     repo.attach_file(second, pending.id)
     stats = repo.stats().database
-    assert [(c.id, c.files, c.chunks, c.vectors) for c in stats.collections] == [
+    assert [(c.id, c.files, c.chunks, c.vectors) for c in stats.vector_stores] == [
         (first, 1, 3, 3),
         (second, 2, 2, 2),
     ]
     assert (stats.chunks, stats.vectors, stats.files, stats.file_bytes) == (5, 5, 3, 12)
     assert (stats.jobs_pending, stats.jobs_leased) == (1, 0)
-    assert stats.usage_bytes == sum(repo.get_collection(c).usage_bytes for c in (first, second))
+    assert stats.usage_bytes == sum(repo.get_vector_store(c).usage_bytes for c in (first, second))
     assert stats.db_bytes > 0 and stats.schema_version >= 4
 
 
@@ -283,15 +283,15 @@ def writer(
 
 def test_a_backup_taken_during_writes_is_a_consistent_snapshot(tmp_path: Path) -> None:
     with make_repo(tmp_path / "ragd.db") as repo:
-        store = repo.create_collection("busy", MODEL, DIMS).id
+        store = repo.create_vector_store("busy", MODEL, DIMS).id
         stop, errors = threading.Event(), list[BaseException]()
         thread = threading.Thread(target=writer, args=(repo, store, stop, errors))
         thread.start()
         try:
-            while repo.get_collection(store).file_counts.completed < 5:
+            while repo.get_vector_store(store).file_counts.completed < 5:
                 time.sleep(0.01)
             result = repo.backup("during-writes.db")
-            completed_after = repo.get_collection(store).file_counts.completed
+            completed_after = repo.get_vector_store(store).file_counts.completed
         finally:
             stop.set()
             thread.join()
@@ -301,7 +301,7 @@ def test_a_backup_taken_during_writes_is_a_consistent_snapshot(tmp_path: Path) -
         assert integrity(result.path) == ["ok"]
         check_invariants(result.path)
         with make_repo(result.path) as restored:
-            copy = restored.get_collection(store)
+            copy = restored.get_vector_store(store)
             assert 5 <= copy.file_counts.completed <= completed_after
             assert copy.chunk_count == 40 * copy.file_counts.completed
             probe = unit_vectors(np.random.default_rng(3), 1, DIMS)[0]
@@ -334,13 +334,13 @@ def test_backup_paths_stay_inside_the_backup_directory(tmp_path: Path) -> None:
 
 
 def test_attaching_to_a_store_of_another_model_is_refused(repo: Repository) -> None:
-    store = repo.create_collection("other", "other-model", 384).id
+    store = repo.create_vector_store("other", "other-model", 384).id
     file = upload(repo)
     with pytest.raises(ModelMismatch, match=r"indexed with other-model .*, not all-MiniLM"):
         repo.attach_file(store, file.id, model=EmbeddingModel(MODEL, 384))
     with pytest.raises(ModelMismatch, match=MODEL):
         repo.create_file_batch(store, [BatchFileInput(file.id)], model=EmbeddingModel(MODEL, 384))
-    assert repo.get_collection(store).file_count == 0
+    assert repo.get_vector_store(store).file_count == 0
     # The store's own model is fine.
     assert repo.attach_file(store, file.id, model=EmbeddingModel("other-model", 384)).status == (
         "in_progress"
@@ -349,8 +349,8 @@ def test_attaching_to_a_store_of_another_model_is_refused(repo: Repository) -> N
 
 def test_the_status_counts_the_models_in_use(repo: Repository) -> None:
     assert repo.status().models == []
-    first = [repo.create_collection(f"m{n}", MODEL, DIMS).id for n in range(7)]
-    other = repo.create_collection("other", "other-model", 576).id
+    first = [repo.create_vector_store(f"m{n}", MODEL, DIMS).id for n in range(7)]
+    other = repo.create_vector_store("other", "other-model", 576).id
     models = repo.status().models
     assert [(use.model, use.dimensions, use.vector_stores) for use in models] == [
         (MODEL, DIMS, 7),
@@ -367,7 +367,7 @@ def test_the_status_counts_the_models_in_use(repo: Repository) -> None:
 
 def test_readers_are_never_refused_or_stuck_behind_writers(tmp_path: Path) -> None:
     with make_repo(tmp_path / "ragd.db") as repo:
-        store = repo.create_collection("busy", MODEL, DIMS).id
+        store = repo.create_vector_store("busy", MODEL, DIMS).id
         add_file(repo, store, "file-seed", 20, DIMS, seed=0)
         stop, errors = threading.Event(), list[BaseException]()
         writers = [
@@ -382,8 +382,8 @@ def test_readers_are_never_refused_or_stuck_behind_writers(tmp_path: Path) -> No
                 while not stop.is_set():
                     started = time.monotonic()
                     assert repo.search(store, probe, k=5)
-                    repo.get_collection(store)
-                    repo.list_collection_files(store)
+                    repo.get_vector_store(store)
+                    repo.list_vector_store_files(store)
                     slowest.append(time.monotonic() - started)
             except BaseException as error:
                 errors.append(error)
@@ -396,7 +396,7 @@ def test_readers_are_never_refused_or_stuck_behind_writers(tmp_path: Path) -> No
                 # A long write transaction holds the write lock across a clock second: searches
                 # (which also touch last_active_at) must neither wait for it nor fail.
                 hog.execute("BEGIN IMMEDIATE")
-                hog.execute("UPDATE collections SET name = name")
+                hog.execute("UPDATE vector_stores SET name = name")
                 time.sleep(2.0)
                 hog.execute("COMMIT")
                 time.sleep(0.2)

@@ -1,12 +1,12 @@
-"""Re-indexing a collection in the store: a hidden new index filled by ordinary jobs, kept in
-step with the collection, switched in one transaction or dropped."""
+"""Re-indexing a vector store in the store: a hidden new index filled by ordinary jobs, kept in
+step with the vector store, switched in one transaction or dropped."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from services.store.errors import CollectionNotFound, NoReindex, ReindexRunning
+from services.store.errors import NoReindex, ReindexRunning, VectorStoreNotFound
 from services.store.records import Chunking, EmbeddingModel
 from services.store.repository import Repository
 from tests.store_fixtures import (
@@ -58,25 +58,25 @@ def test_a_reindex_switches_model_in_one_step_when_every_file_is_done(
     started = repo.start_reindex(vs_id, NEW, max_chunk_tokens=256)
     assert started.reindex is not None and started.reindex.status == "in_progress"
     assert started.reindex.file_counts.in_progress == 3
-    # Until the last file is done, the collection is the old one, searched with the old model.
+    # Until the last file is done, the vector store is the old one, searched with the old model.
     job = claim_one(repo)
     assert (job.model, job.dimensions) == (NEW.name, NEW.dimensions)
     finish(repo, job)
-    during = repo.get_collection(vs_id)
+    during = repo.get_vector_store(vs_id)
     assert (during.model, during.dimensions) == (MODEL, DIMS)
     assert during.reindex is not None and during.reindex.file_counts.completed == 1
     assert sorted(search_vector(repo, vs_id, DIMS)) == sorted(files)
-    assert [c.id for c in repo.list_collections().items] == [vs_id]
+    assert [c.id for c in repo.list_vector_stores().items] == [vs_id]
     drain(repo)
-    after = repo.get_collection(vs_id)
+    after = repo.get_vector_store(vs_id)
     assert (after.model, after.dimensions, after.name) == (NEW.name, NEW.dimensions, "notes")
     assert after.reindex is not None and after.reindex.status == "completed"
     assert after.reindex.file_counts.completed == 3 and after.file_counts.completed == 3
     assert sorted(search_vector(repo, vs_id, NEW.dimensions)) == sorted(files)
     # Attributes came along; the old index is gone.
-    listed = repo.list_collection_files(vs_id).items
+    listed = repo.list_vector_store_files(vs_id).items
     assert sorted(f.attributes["n"] for f in listed) == [0.0, 1.0, 2.0]
-    assert [c.id for c in repo.list_collections().items] == [vs_id]
+    assert [c.id for c in repo.list_vector_stores().items] == [vs_id]
 
 
 def test_files_attached_detached_or_relabelled_meanwhile_follow_into_the_new_index(
@@ -87,13 +87,13 @@ def test_files_attached_detached_or_relabelled_meanwhile_follow_into_the_new_ind
     late = upload(repo, "a late document", "late.txt")
     repo.attach_file(vs_id, late.id)
     repo.detach_file(vs_id, first)
-    repo.update_collection_file(vs_id, second, {"tag": "kept"})
+    repo.update_vector_store_file(vs_id, second, {"tag": "kept"})
     done = drain(repo)
     # The late file was indexed by both models; the detached one by neither.
     assert sorted(done) == sorted([second, late.id, late.id])
-    after = repo.get_collection(vs_id)
+    after = repo.get_vector_store(vs_id)
     assert after.model == NEW.name
-    files = {f.file_id: f for f in repo.list_collection_files(vs_id).items}
+    files = {f.file_id: f for f in repo.list_vector_store_files(vs_id).items}
     assert sorted(files) == sorted([second, late.id])
     assert files[second].attributes == {"tag": "kept"}
 
@@ -106,7 +106,7 @@ def test_a_file_that_fails_anew_keeps_the_old_index_and_says_why(
     job = claim_one(repo)
     repo.fail_job(job.job_id, "w1", "invalid_file", "cannot parse it", retry_after_seconds=0)
     drain(repo)
-    after = repo.get_collection(vs_id)
+    after = repo.get_vector_store(vs_id)
     assert (after.model, after.dimensions) == (MODEL, DIMS)
     assert after.reindex is not None and after.reindex.status == "failed"
     assert job.file_id in after.reindex.last_error and "cannot parse it" in after.reindex.last_error
@@ -150,10 +150,10 @@ def test_deleting_the_store_or_an_empty_store_ends_its_reindex(
     empty = repo.start_reindex(vs_id, NEW)
     assert empty.model == NEW.name and empty.reindex is not None
     assert empty.reindex.status == "completed"
-    other = repo.create_collection("other", MODEL, DIMS).id
+    other = repo.create_vector_store("other", MODEL, DIMS).id
     indexed(repo, other, 1)
     repo.start_reindex(other, NEW)
-    repo.delete_collection(other)
-    with pytest.raises(CollectionNotFound):
-        repo.get_collection(other)
+    repo.delete_vector_store(other)
+    with pytest.raises(VectorStoreNotFound):
+        repo.get_vector_store(other)
     assert repo.claim_jobs("w1", max_jobs=10, lease_seconds=60) == []

@@ -14,7 +14,7 @@ from services.store import resident, vector_index
 from services.store.db import atomic, database_key
 from services.store.records import ChunkInput
 from services.store.repository import Repository
-from services.store.resident import Collection, Resident, ResidentSettings
+from services.store.resident import Resident, ResidentSettings, VectorStore
 from services.store.vector_index import IndexSettings
 from tests.store_fixtures import (
     MODEL,
@@ -47,7 +47,7 @@ def test_exact_scan_ranks_like_numpy_and_skips_deleted_rows() -> None:
     rng = np.random.default_rng(1)
     matrix = clustered(rng, 500, DIMS)
     ids = list(range(10, 510))
-    vectors = Collection(DIMS, ResidentSettings())
+    vectors = VectorStore(DIMS, ResidentSettings())
     vectors.append(np.asarray(ids[:300]), matrix[:300])
     vectors.append(np.asarray(ids[300:]), matrix[300:])
     query = matrix[7] + 0.1
@@ -70,7 +70,7 @@ def test_sign_bit_scan_finds_the_nearest_and_exact_forces_the_scan() -> None:
     matrix = clustered(rng, 6000, DIMS)
     ids = list(range(1, 6001))
     settings = ResidentSettings(bits_min_rows=1000, min_candidates=300, oversample=30)
-    vectors = Collection(DIMS, settings)
+    vectors = VectorStore(DIMS, settings)
     vectors.append(np.asarray(ids), matrix)
     found = 0
     for query in unit_vectors(rng, 50, DIMS) + matrix[:50]:
@@ -81,7 +81,7 @@ def test_sign_bit_scan_finds_the_nearest_and_exact_forces_the_scan() -> None:
 
 
 def test_rows_arriving_out_of_order_are_still_found_and_deleted() -> None:
-    vectors = Collection(4, ResidentSettings())
+    vectors = VectorStore(4, ResidentSettings())
     vectors.append(np.asarray([5, 9]), np.eye(4, dtype=np.float32)[:2])
     vectors.append(np.asarray([7]), np.eye(4, dtype=np.float32)[2:3])
     vectors.delete([9, 42])
@@ -95,7 +95,7 @@ def test_a_load_raced_by_a_commit_is_not_kept() -> None:
     rows = [(1, np.ones(4, dtype="<f4").tobytes())]
 
     def read() -> list[tuple[int, bytes]]:
-        # A writer commits to the same collection while the loader reads.
+        # A writer commits to the same vector store while the loader reads.
         memory.apply([resident.Change(3, rows=[(2, np.ones(4, dtype="<f4").tobytes())])])
         return rows
 
@@ -105,26 +105,26 @@ def test_a_load_raced_by_a_commit_is_not_kept() -> None:
     assert memory.load(3, 4, lambda: rows, expected_rows=1) is memory.get(3)
 
 
-def test_the_budget_keeps_the_most_recently_searched_collections() -> None:
+def test_the_budget_keeps_the_most_recently_searched_vector_stores() -> None:
     row = np.ones(256, dtype="<f4").tobytes()
-    one = Collection(256, ResidentSettings())
+    one = VectorStore(256, ResidentSettings())
     one.append(np.arange(1000), np.ones((1000, 256), dtype=np.float32))
-    # Room for about two collections of 1,000 rows.
+    # Room for about two vector stores of 1,000 rows.
     memory = Resident(ResidentSettings(budget_bytes=int(2.5 * one.nbytes)))
     for key in (1, 2, 3):
         assert memory.load(key, 256, lambda: [(i, row) for i in range(1000)], 1000) is not None
     assert sorted(memory.loaded()) == [2, 3]
-    # A collection that alone exceeds the budget is never loaded: SQLite searches it.
+    # A vector store that alone exceeds the budget is never loaded: SQLite searches it.
     assert memory.load(4, 256, lambda: [], 10_000_000) is None
 
 
 # The store: the copy in memory follows the database
 
 
-def add_file(repo: Repository, collection_id: str, vectors: npt.NDArray[np.float32]) -> str:
+def add_file(repo: Repository, vector_store_id: str, vectors: npt.NDArray[np.float32]) -> str:
     file = upload(repo, f"{vectors.sum()}")
     repo.add_chunks(
-        collection_id,
+        vector_store_id,
         file.id,
         file.filename,
         {},
@@ -149,39 +149,39 @@ def in_memory(repo: Repository) -> Resident:
 
 def test_searches_read_memory_that_follows_every_write(repo: Repository) -> None:
     rng = np.random.default_rng(3)
-    collection = repo.create_collection("c", MODEL, DIMS)
+    vector_store = repo.create_vector_store("c", MODEL, DIMS)
     first = unit_vectors(rng, 20, DIMS)
-    add_file(repo, collection.id, first)
+    add_file(repo, vector_store.id, first)
     query = first[4]
-    assert not repo.get_collection(collection.id).in_memory
-    assert repo.search(collection.id, query, k=1)[0].text == "chunk 4"
-    assert repo.get_collection(collection.id).in_memory
+    assert not repo.get_vector_store(vector_store.id).in_memory
+    assert repo.search(vector_store.id, query, k=1)[0].text == "chunk 4"
+    assert repo.get_vector_store(vector_store.id).in_memory
     memory = in_memory(repo)
     assert memory.loads == 1
     # Added after the load: found without another load.
     second = unit_vectors(rng, 5, DIMS)
-    added = add_file(repo, collection.id, second)
-    assert repo.search(collection.id, second[2], k=1)[0].file_id == added
+    added = add_file(repo, vector_store.id, second)
+    assert repo.search(vector_store.id, second[2], k=1)[0].file_id == added
     # Deleted: gone from memory too.
     repo.delete_file(added)
-    assert all(hit.file_id != added for hit in repo.search(collection.id, second[2], k=25))
+    assert all(hit.file_id != added for hit in repo.search(vector_store.id, second[2], k=25))
     assert memory.loads == 1
     check_invariants(repo.path)
     # Every search agrees with sqlite-vec's exhaustive scan of the same database.
     off = IndexSettings(resident=ResidentSettings(budget_bytes=0))
     with open_repository(repo.path, index=off) as sqlite_only:
         for vector in unit_vectors(rng, 5, DIMS):
-            hits = repo.search(collection.id, vector, k=7)
-            scanned = sqlite_only.search(collection.id, vector, k=7)
+            hits = repo.search(vector_store.id, vector, k=7)
+            scanned = sqlite_only.search(vector_store.id, vector, k=7)
             assert [hit.chunk_id for hit in hits] == [hit.chunk_id for hit in scanned]
             assert [hit.score for hit in hits] == pytest.approx([h.score for h in scanned])
 
 
 def test_a_rolled_back_write_never_reaches_memory(repo: Repository) -> None:
     rng = np.random.default_rng(4)
-    collection = repo.create_collection("c", MODEL, DIMS)
-    add_file(repo, collection.id, unit_vectors(rng, 3, DIMS))
-    repo.search(collection.id, unit_vectors(rng, 1, DIMS)[0], k=1)
+    vector_store = repo.create_vector_store("c", MODEL, DIMS)
+    add_file(repo, vector_store.id, unit_vectors(rng, 3, DIMS))
+    repo.search(vector_store.id, unit_vectors(rng, 1, DIMS)[0], k=1)
     conn = repo._conn()
     with pytest.raises(RuntimeError), atomic(conn):
         vector_index.insert(conn, 1, [(99_999, unit_vectors(rng, 1, DIMS)[0].tobytes())])
@@ -190,28 +190,28 @@ def test_a_rolled_back_write_never_reaches_memory(repo: Repository) -> None:
     check_invariants(repo.path)
 
 
-def test_the_builder_loads_large_collections_before_any_search(tmp_path: Path) -> None:
+def test_the_builder_loads_large_vector_stores_before_any_search(tmp_path: Path) -> None:
     small_inline = IndexSettings(resident=ResidentSettings(inline_rows=2))
     with open_repository(tmp_path / "ragd.db", index=small_inline) as repo:
-        collection = repo.create_collection("c", MODEL, DIMS)
+        vector_store = repo.create_vector_store("c", MODEL, DIMS)
         vectors = unit_vectors(np.random.default_rng(8), 5, DIMS)
-        add_file(repo, collection.id, vectors)
+        add_file(repo, vector_store.id, vectors)
         # Too large to load inline: searched in SQLite until the builder loads it.
-        assert repo.search(collection.id, vectors[3], k=1)[0].text == "chunk 3"
-        assert not repo.get_collection(collection.id).in_memory
+        assert repo.search(vector_store.id, vectors[3], k=1)[0].text == "chunk 3"
+        assert not repo.get_vector_store(vector_store.id).in_memory
         assert repo.build_indexes()
-        assert repo.get_collection(collection.id).in_memory
-        assert repo.search(collection.id, vectors[3], k=1)[0].text == "chunk 3"
+        assert repo.get_vector_store(vector_store.id).in_memory
+        assert repo.search(vector_store.id, vectors[3], k=1)[0].text == "chunk 3"
         check_invariants(repo.path)
 
 
-def test_a_dropped_collection_leaves_memory(repo: Repository) -> None:
+def test_a_dropped_vector_store_leaves_memory(repo: Repository) -> None:
     rng = np.random.default_rng(5)
-    collection = repo.create_collection("c", MODEL, DIMS)
-    add_file(repo, collection.id, unit_vectors(rng, 3, DIMS))
-    repo.search(collection.id, unit_vectors(rng, 1, DIMS)[0], k=1)
+    vector_store = repo.create_vector_store("c", MODEL, DIMS)
+    add_file(repo, vector_store.id, unit_vectors(rng, 3, DIMS))
+    repo.search(vector_store.id, unit_vectors(rng, 1, DIMS)[0], k=1)
     assert list(in_memory(repo).loaded()) == [1]
-    repo.delete_collection(collection.id)
+    repo.delete_vector_store(vector_store.id)
     assert in_memory(repo).loaded() == {}
 
 
@@ -220,10 +220,10 @@ def test_a_database_made_anew_at_the_same_path_is_not_confused(tmp_path: Path) -
     path = tmp_path / "ragd.db"
     for round_ in range(2):
         with open_repository(path) as repo:
-            collection = repo.create_collection("c", MODEL, DIMS)
+            vector_store = repo.create_vector_store("c", MODEL, DIMS)
             vectors = unit_vectors(rng, 4, DIMS)
-            file_id = add_file(repo, collection.id, vectors)
-            assert repo.search(collection.id, vectors[1], k=1)[0].file_id == file_id, round_
+            file_id = add_file(repo, vector_store.id, vectors)
+            assert repo.search(vector_store.id, vectors[1], k=1)[0].file_id == file_id, round_
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
 
@@ -231,8 +231,8 @@ def test_a_database_made_anew_at_the_same_path_is_not_confused(tmp_path: Path) -
 def test_memory_off_searches_sqlite(tmp_path: Path) -> None:
     off = IndexSettings(resident=ResidentSettings(budget_bytes=0))
     with open_repository(tmp_path / "ragd.db", index=off) as repo:
-        collection = repo.create_collection("c", MODEL, DIMS)
+        vector_store = repo.create_vector_store("c", MODEL, DIMS)
         vectors = unit_vectors(np.random.default_rng(7), 4, DIMS)
-        add_file(repo, collection.id, vectors)
-        assert repo.search(collection.id, vectors[2], k=1)[0].text == "chunk 2"
+        add_file(repo, vector_store.id, vectors)
+        assert repo.search(vector_store.id, vectors[2], k=1)[0].text == "chunk 2"
         assert resident.existing(database_key(repo._conn())) is None

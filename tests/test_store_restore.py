@@ -50,7 +50,7 @@ def repo(tmp_path: Path) -> Iterator[Repository]:
 
 
 def add_store(repo: Repository, name: str, chunks: int = 3) -> str:
-    store = repo.create_collection(name, MODEL, DIMS).id
+    store = repo.create_vector_store(name, MODEL, DIMS).id
     repo.attach_file(store, upload(repo, name.encode(), f"{name}.txt").id)
     finish(repo, claim_one(repo), chunks=chunks)
     while repo.build_indexes():
@@ -141,7 +141,7 @@ def hostile(directory: Path, case: str, backup: Path) -> Path:
     target = directory / "hostile.db"
     if case == "foreign tables":
         conn = apsw.Connection(str(target))
-        conn.execute(f"CREATE TABLE collections (x); PRAGMA user_version = {LATEST}")
+        conn.execute(f"CREATE TABLE vector_stores (x); PRAGMA user_version = {LATEST}")
         conn.close()
     else:
         edited(backup, target, HOSTILE[case][0])
@@ -157,7 +157,7 @@ def test_a_file_whose_schema_is_not_ragds_is_refused_and_nothing_changes(
     add_store(repo, "second")
     before = content(repo)
     hostile(backup.parent, case, backup)
-    expected = "table 'collections' differs" if case == "foreign tables" else HOSTILE[case][1]
+    expected = "table 'vector_stores' differs" if case == "foreign tables" else HOSTILE[case][1]
     with pytest.raises(BackupUnusable) as refused:
         repo.restore("hostile.db")
     assert expected in str(refused.value)
@@ -167,12 +167,13 @@ def test_a_file_whose_schema_is_not_ragds_is_refused_and_nothing_changes(
     assert sorted(p.name for p in backup.parent.iterdir()) == ["good.db", "hostile.db"]
     # The sound backup of the same database still restores.
     repo.restore("good.db")
-    assert [c.name for c in repo.list_collections().items] == ["first"]
+    assert [c.name for c in repo.list_vector_stores().items] == ["first"]
     check_invariants(repo.path)
 
 
-def collection_row(conn: apsw.Connection, key: int) -> None:
-    """A vector store with one file and chunk, written with the columns of migration 1."""
+def vector_store_row(conn: apsw.Connection, key: int) -> None:
+    """A vector store with one file and chunk, written with the tables and columns of
+    migration 1 (a vector store was a `collection` until migration 15)."""
     conn.execute(
         "INSERT INTO collections (id, public_id, name, model, dimensions, created_at,"
         " last_active_at, chunk_count, file_count) VALUES (?, ?, 'old', ?, ?, 1, 1, 1, 1)",
@@ -208,8 +209,8 @@ def test_an_older_backup_is_checked_and_migrated_before_it_replaces_anything(
         with conn:
             step(conn)
     with conn:
-        collection_row(conn, 1)
-        if version >= schema_check.FULLTEXT_PER_STORE_SINCE:
+        vector_store_row(conn, 1)
+        if schema_check.FULLTEXT_PER_STORE_SINCE <= version < schema_check.FULLTEXT_OUTSIDE_SINCE:
             migrations.v9_fulltext_table(conn, 1)
             conn.execute("INSERT INTO fts_1 (rowid, text) VALUES (1, 'an old chunk of text')")
         conn.execute(f"PRAGMA user_version = {version:d}")
@@ -218,7 +219,7 @@ def test_an_older_backup_is_checked_and_migrated_before_it_replaces_anything(
 
     result = repo.restore("old.db")
     assert (result.restored_schema_version, result.schema_version) == (version, LATEST)
-    assert [c.name for c in repo.list_collections().items] == ["old"]
+    assert [c.name for c in repo.list_vector_stores().items] == ["old"]
     # Both indexes serve it: the vectors, and the full text migration 9 built (or kept).
     [by_vector] = repo.search("vs_old1", [1.0] * DIMS, k=5, model=MODEL)
     [by_text] = repo.search("vs_old1", None, k=5, mode=LEXICAL, query_text="old chunks")
@@ -295,7 +296,7 @@ def test_a_backup_of_another_page_size_restores(repo: Repository, page_size: int
     conn.close()
     add_store(repo, "later")
     repo.restore("copy.db")
-    assert [c.name for c in repo.list_collections().items] == ["resized"]
+    assert [c.name for c in repo.list_vector_stores().items] == ["resized"]
     check_invariants(repo.path)
 
 
@@ -324,7 +325,7 @@ with Repository(sys.argv[1], operations=settings) as repo:
     except BackupUnusable as error:
         print(error)
     repo.restore("good.db")
-    print([c.name for c in repo.list_collections().items])
+    print([c.name for c in repo.list_vector_stores().items])
 """
 
 

@@ -55,7 +55,7 @@ pytestmark = pytest.mark.repo(checks=[check_invariants, check_fts_index])
 
 def add_file(
     repo: Repository,
-    collection_id: str,
+    vector_store_id: str,
     texts: list[str],
     vectors: npt.ArrayLike | None = None,
     attributes: Attributes | None = None,
@@ -66,7 +66,7 @@ def add_file(
     if vectors is None:
         vectors = unit_vectors(np.random.default_rng(len(texts)), len(texts), DIMS)
     repo.add_chunks(
-        collection_id,
+        vector_store_id,
         file.id,
         name,
         attributes or {},
@@ -77,9 +77,9 @@ def add_file(
     return file.id
 
 
-def lexical(repo: Repository, collection_id: str, text: str, **kwargs: object) -> list[SearchHit]:
+def lexical(repo: Repository, vector_store_id: str, text: str, **kwargs: object) -> list[SearchHit]:
     kwargs.setdefault("k", 10)
-    return repo.search(collection_id, None, mode="lexical", query_text=text, **kwargs)  # type: ignore[arg-type]
+    return repo.search(vector_store_id, None, mode="lexical", query_text=text, **kwargs)  # type: ignore[arg-type]
 
 
 def texts(hits: list[SearchHit]) -> list[str]:
@@ -94,29 +94,29 @@ def test_migration_3_indexes_the_chunks_of_an_existing_database(tmp_path: Path) 
     shutil.copy(FIXTURE_V1, path)
     with open_repository(path) as repo:
         assert repo.migrate() == len(migrations.MIGRATIONS)
-        (collection,) = repo.list_collections().items
-        hits = lexical(repo, collection.id, "chunk", k=20)
-        assert len(hits) == collection.chunk_count == 12
-        only = lexical(repo, collection.id, "chunk 3", k=20, filter=Comparison("n", "eq", 1.0))
+        (vector_store,) = repo.list_vector_stores().items
+        hits = lexical(repo, vector_store.id, "chunk", k=20)
+        assert len(hits) == vector_store.chunk_count == 12
+        only = lexical(repo, vector_store.id, "chunk 3", k=20, filter=Comparison("n", "eq", 1.0))
         assert only[0].text == "file 1 chunk 3"
         assert {hit.file_id for hit in only} == {"file-fixture1"}
     check_fts_index(path)
 
 
 def test_the_index_follows_inserts_replacements_and_deletes(repo: Repository) -> None:
-    collection = repo.create_collection("notes", MODEL, DIMS)
-    kept = add_file(repo, collection.id, ["the quokka smiles", "a quiet wombat"], name="a.txt")
-    gone = add_file(repo, collection.id, ["another quokka", "kangaroo facts"], name="b.txt")
-    assert len(lexical(repo, collection.id, "quokka")) == 2
+    vector_store = repo.create_vector_store("notes", MODEL, DIMS)
+    kept = add_file(repo, vector_store.id, ["the quokka smiles", "a quiet wombat"], name="a.txt")
+    gone = add_file(repo, vector_store.id, ["another quokka", "kangaroo facts"], name="b.txt")
+    assert len(lexical(repo, vector_store.id, "quokka")) == 2
     # Adding a file again replaces its chunks: old words leave the index.
     vectors = unit_vectors(np.random.default_rng(0), 1, DIMS)
-    repo.add_chunks(collection.id, kept, "a.txt", {}, [ChunkInput("platypus", 1)], vectors, MODEL)
-    assert [hit.file_id for hit in lexical(repo, collection.id, "quokka")] == [gone]
-    repo.detach_file(collection.id, gone)
-    assert lexical(repo, collection.id, "quokka kangaroo") == []
-    other = repo.create_collection("other", MODEL, DIMS)
+    repo.add_chunks(vector_store.id, kept, "a.txt", {}, [ChunkInput("platypus", 1)], vectors, MODEL)
+    assert [hit.file_id for hit in lexical(repo, vector_store.id, "quokka")] == [gone]
+    repo.detach_file(vector_store.id, gone)
+    assert lexical(repo, vector_store.id, "quokka kangaroo") == []
+    other = repo.create_vector_store("other", MODEL, DIMS)
     add_file(repo, other.id, ["platypus in another store"])
-    repo.delete_collection(collection.id)
+    repo.delete_vector_store(vector_store.id)
     assert texts(lexical(repo, other.id, "platypus")) == ["platypus in another store"]
 
 
@@ -179,9 +179,9 @@ HOSTILE = [
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_user_text_never_breaks_the_fts_query(repo: Repository, text: str) -> None:
-    collection = repo.create_collection("notes", MODEL, DIMS)
-    add_file(repo, collection.id, ["the quokka smiles", "AND OR NOT NEAR text"])
-    hits = lexical(repo, collection.id, text)
+    vector_store = repo.create_vector_store("notes", MODEL, DIMS)
+    add_file(repo, vector_store.id, ["the quokka smiles", "AND OR NOT NEAR text"])
+    hits = lexical(repo, vector_store.id, text)
     # Words are matched literally, operators included.
     if "quokka" in text.split():
         assert "the quokka smiles" in texts(hits)
@@ -193,10 +193,10 @@ def test_user_text_never_breaks_the_fts_query(repo: Repository, text: str) -> No
 
 
 def test_lexical_ranks_by_bm25_with_the_best_scoring_one(repo: Repository) -> None:
-    collection = repo.create_collection("notes", MODEL, DIMS)
+    vector_store = repo.create_vector_store("notes", MODEL, DIMS)
     add_file(
         repo,
-        collection.id,
+        vector_store.id,
         [
             "error E1234 in module frobnicator",
             "module frobnicator started",
@@ -205,42 +205,46 @@ def test_lexical_ranks_by_bm25_with_the_best_scoring_one(repo: Repository) -> No
             "Café au lait: connections configured",
         ],
     )
-    hits = lexical(repo, collection.id, "E1234 frobnicator")
+    hits = lexical(repo, vector_store.id, "E1234 frobnicator")
     assert texts(hits) == ["error E1234 in module frobnicator", "module frobnicator started"]
     assert hits[0].score == 1.0
     assert 0.0 < hits[1].score < 1.0
     # Case, accents and English suffixes are folded: porter with remove_diacritics 2.
-    assert texts(lexical(repo, collection.id, "CAFE connection configuring")) == [
+    assert texts(lexical(repo, vector_store.id, "CAFE connection configuring")) == [
         "Café au lait: connections configured"
     ]
     # Words are OR-ed: a chunk matching any of them counts.
-    assert set(texts(lexical(repo, collection.id, "grommet E1234 zebra"))) == {
+    assert set(texts(lexical(repo, vector_store.id, "grommet E1234 zebra"))) == {
         "error E9999 in module grommet",
         "error E1234 in module frobnicator",
     }
     threshold = (hits[1].score + 1.0) / 2
-    assert texts(lexical(repo, collection.id, "E1234 frobnicator", score_threshold=threshold)) == [
-        "error E1234 in module frobnicator"
-    ]
-    assert len(lexical(repo, collection.id, "E1234 frobnicator", k=1)) == 1
+    assert texts(
+        lexical(repo, vector_store.id, "E1234 frobnicator", score_threshold=threshold)
+    ) == ["error E1234 in module frobnicator"]
+    assert len(lexical(repo, vector_store.id, "E1234 frobnicator", k=1)) == 1
 
 
 def test_identifiers_with_punctuation_match_as_phrases(repo: Repository) -> None:
-    collection = repo.create_collection("notes", MODEL, DIMS)
-    add_file(repo, collection.id, ["see ticket OPS-7742 today", "ops team 7742 points", "x_y_z id"])
-    assert texts(lexical(repo, collection.id, "OPS-7742")) == ["see ticket OPS-7742 today"]
-    assert texts(lexical(repo, collection.id, "x_y_z")) == ["x_y_z id"]
+    vector_store = repo.create_vector_store("notes", MODEL, DIMS)
+    add_file(
+        repo, vector_store.id, ["see ticket OPS-7742 today", "ops team 7742 points", "x_y_z id"]
+    )
+    assert texts(lexical(repo, vector_store.id, "OPS-7742")) == ["see ticket OPS-7742 today"]
+    assert texts(lexical(repo, vector_store.id, "x_y_z")) == ["x_y_z id"]
 
 
-def test_lexical_searches_one_collection_and_touches_it(repo: Repository, clock: FakeClock) -> None:
-    mine = repo.create_collection("mine", MODEL, DIMS)
-    theirs = repo.create_collection("theirs", MODEL, DIMS)
+def test_lexical_searches_one_vector_store_and_touches_it(
+    repo: Repository, clock: FakeClock
+) -> None:
+    mine = repo.create_vector_store("mine", MODEL, DIMS)
+    theirs = repo.create_vector_store("theirs", MODEL, DIMS)
     add_file(repo, theirs.id, ["quokka in the other store"])
     # A file still in progress holds no chunks, so it is not searchable yet.
     repo.attach_file(mine.id, upload(repo, "quokka pending").id)
     clock.now += 60
     assert lexical(repo, mine.id, "quokka") == []
-    assert repo.get_collection(mine.id).last_active_at == clock.now
+    assert repo.get_vector_store(mine.id).last_active_at == clock.now
 
 
 # Hybrid
@@ -266,39 +270,39 @@ def test_candidate_count(k: int, expected: int) -> None:
 
 
 def keyword_corpus(repo: Repository) -> tuple[str, npt.NDArray[np.float32], str]:
-    """A collection where the query vector points at near-duplicates of the one chunk that
-    holds the query's rare identifier; returns the collection, the query vector, the target."""
+    """A vector store where the query vector points at near-duplicates of the one chunk that
+    holds the query's rare identifier; returns the vector store, the query vector, the target."""
     rng = np.random.default_rng(5)
-    collection = repo.create_collection("keywords", MODEL, DIMS)
+    vector_store = repo.create_vector_store("keywords", MODEL, DIMS)
     query = unit_vectors(rng, 1, DIMS)[0]
     near = query + 0.05 * unit_vectors(rng, 6, DIMS)
     near /= np.linalg.norm(near, axis=1, keepdims=True)
     target_vector = query + 0.6 * unit_vectors(rng, 1, DIMS)
     target_vector /= np.linalg.norm(target_vector, axis=1, keepdims=True)
     decoys = [f"error E{5000 + i} in module grommet" for i in range(6)]
-    add_file(repo, collection.id, decoys, near, {"team": "storage"}, name="decoys.txt")
+    add_file(repo, vector_store.id, decoys, near, {"team": "storage"}, name="decoys.txt")
     target = "error E1234 in module frobnicator"
-    add_file(repo, collection.id, [target], target_vector, {"team": "compute"}, name="t.txt")
+    add_file(repo, vector_store.id, [target], target_vector, {"team": "compute"}, name="t.txt")
     # Unrelated chunks: the vector candidates span near and far, as in any real store.
     noise = unit_vectors(rng, 20, DIMS)
-    add_file(repo, collection.id, [f"note {i}" for i in range(20)], noise, {"team": "x"}, "n.txt")
-    return collection.id, query, target
+    add_file(repo, vector_store.id, [f"note {i}" for i in range(20)], noise, {"team": "x"}, "n.txt")
+    return vector_store.id, query, target
 
 
 def test_hybrid_lifts_the_exact_keyword_match_above_vector_neighbours(repo: Repository) -> None:
-    collection_id, query, target = keyword_corpus(repo)
-    vector = texts(repo.search(collection_id, query, k=7))
+    vector_store_id, query, target = keyword_corpus(repo)
+    vector = texts(repo.search(vector_store_id, query, k=7))
     assert vector.index(target) == 6  # last: pure vector search misses the identifier
-    hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
+    hybrid = repo.search(vector_store_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
     assert texts(hybrid)[0] == target
     scores = [hit.score for hit in hybrid]
     # The top hit scores the best vector score among the candidates; the rest keep the order.
-    best_vector = max(hit.score for hit in repo.search(collection_id, query, k=50))
+    best_vector = max(hit.score for hit in repo.search(vector_store_id, query, k=50))
     assert scores[0] == pytest.approx(best_vector) and scores == sorted(scores, reverse=True)
     assert all(0.0 < score <= 1.0 for score in scores)
     # The threshold applies to those final scores.
     cut = repo.search(
-        collection_id,
+        vector_store_id,
         query,
         k=7,
         mode="hybrid",
@@ -309,40 +313,40 @@ def test_hybrid_lifts_the_exact_keyword_match_above_vector_neighbours(repo: Repo
 
 
 def test_hybrid_hits_carry_their_rank_in_each_list(repo: Repository) -> None:
-    collection_id, query, target = keyword_corpus(repo)
-    vector = texts(repo.search(collection_id, query, k=50))
+    vector_store_id, query, target = keyword_corpus(repo)
+    vector = texts(repo.search(vector_store_id, query, k=50))
     lexical = texts(
-        repo.search(collection_id, None, k=50, mode="lexical", query_text="frobnicator E1234")
+        repo.search(vector_store_id, None, k=50, mode="lexical", query_text="frobnicator E1234")
     )
-    hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
+    hybrid = repo.search(vector_store_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
     for hit in hybrid:
         assert hit.vector_rank == vector.index(hit.text) + 1
         expected = lexical.index(hit.text) + 1 if hit.text in lexical else 0
         assert hit.lexical_rank == expected
     assert hybrid[0].text == target and hybrid[0].lexical_rank == 1
     # The other modes have one list: no ranks.
-    assert {(h.vector_rank, h.lexical_rank) for h in repo.search(collection_id, query, k=5)} == {
+    assert {(h.vector_rank, h.lexical_rank) for h in repo.search(vector_store_id, query, k=5)} == {
         (0, 0)
     }
 
 
 def test_hybrid_and_lexical_apply_the_filter_to_both_lists(repo: Repository) -> None:
-    collection_id, query, target = keyword_corpus(repo)
+    vector_store_id, query, target = keyword_corpus(repo)
     storage = Comparison("team", "eq", "storage")
     for mode in ("hybrid", "lexical"):
         hits = repo.search(
-            collection_id, query, k=7, mode=mode, query_text="E1234 error", filter=storage
+            vector_store_id, query, k=7, mode=mode, query_text="E1234 error", filter=storage
         )
         assert len(hits) == 6 and target not in texts(hits), mode
         assert hits[0].score == 1.0 if mode == "lexical" else 0.5 < hits[0].score <= 1.0
 
 
 def test_a_query_without_words_falls_back_to_the_vector_ranking(repo: Repository) -> None:
-    collection_id, query, _ = keyword_corpus(repo)
-    vector = repo.search(collection_id, query, k=7)
-    hybrid = repo.search(collection_id, query, k=7, mode="hybrid", query_text="?!")
+    vector_store_id, query, _ = keyword_corpus(repo)
+    vector = repo.search(vector_store_id, query, k=7)
+    hybrid = repo.search(vector_store_id, query, k=7, mode="hybrid", query_text="?!")
     # The vector ranking, a file's later chunks further down (FILE_DECAY).
-    near = repo.search(collection_id, query, k=candidate_count(7))
+    near = repo.search(vector_store_id, query, k=candidate_count(7))
     assert keys(hybrid) == [key for key, _ in fuse(candidates(near), [], 7)]
     assert hybrid[0] == dataclasses.replace(vector[0], vector_rank=1)
     assert hybrid[0].score == pytest.approx(vector[0].score)
@@ -422,18 +426,23 @@ def test_bad_mode_arguments_are_invalid(
     k: int,
     message: str,
 ) -> None:
-    collection = repo.create_collection("notes", MODEL, DIMS)
+    vector_store = repo.create_vector_store("notes", MODEL, DIMS)
     with pytest.raises(InvalidArgument, match=message):
-        repo.search(collection.id, query, k=k, mode=mode, query_text=text)
+        repo.search(vector_store.id, query, k=k, mode=mode, query_text=text)
 
 
 @pytest.mark.parametrize("threshold", [-0.1, 1.5, float("nan")])
 @pytest.mark.parametrize("mode", ["lexical", "hybrid"])
 def test_bad_thresholds_are_invalid(repo: Repository, mode: str, threshold: float) -> None:
-    collection = repo.create_collection("notes", MODEL, DIMS)
+    vector_store = repo.create_vector_store("notes", MODEL, DIMS)
     with pytest.raises(InvalidArgument, match="score_threshold"):
         repo.search(
-            collection.id, np.ones(DIMS), k=1, mode=mode, query_text="x", score_threshold=threshold
+            vector_store.id,
+            np.ones(DIMS),
+            k=1,
+            mode=mode,
+            query_text="x",
+            score_threshold=threshold,
         )
 
 
@@ -446,7 +455,7 @@ FILES = 30
 @dataclass
 class Corpus:
     repo: Repository
-    collection_id: str
+    vector_store_id: str
     file_ids: list[str]
 
 
@@ -455,7 +464,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
     rng = np.random.default_rng(7)
     path = tmp_path_factory.mktemp("modes") / "ragd.db"
     with open_repository(path) as repo:
-        collection_id = repo.create_collection("modes", MODEL, DIMS).id
+        vector_store_id = repo.create_vector_store("modes", MODEL, DIMS).id
         file_ids = []
         for index in range(FILES):
             chunks = [
@@ -463,8 +472,8 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
                 for _ in range(int(rng.integers(1, 6)))
             ]
             vectors = unit_vectors(rng, len(chunks), DIMS)
-            file_ids.append(add_file(repo, collection_id, chunks, vectors, name=f"{index}.txt"))
-        yield Corpus(repo, collection_id, file_ids)
+            file_ids.append(add_file(repo, vector_store_id, chunks, vectors, name=f"{index}.txt"))
+        yield Corpus(repo, vector_store_id, file_ids)
         check_invariants(path)
         check_fts_index(path)
 
@@ -493,9 +502,9 @@ def test_filtered_lexical_and_hybrid_are_exact(
     seed: int,
     k: int,
 ) -> None:
-    repo, collection_id = corpus.repo, corpus.collection_id
+    repo, vector_store_id = corpus.repo, corpus.vector_store_id
     for file_id, attributes in zip(corpus.file_ids, file_attributes, strict=True):
-        repo.update_collection_file(collection_id, file_id, attributes)
+        repo.update_vector_store_file(vector_store_id, file_id, attributes)
     keep = {
         file_id
         for file_id, attributes in zip(corpus.file_ids, file_attributes, strict=True)
@@ -505,9 +514,9 @@ def test_filtered_lexical_and_hybrid_are_exact(
     query = unit_vectors(np.random.default_rng(seed), 1, DIMS)[0]
     # bm25 and distances do not depend on the filter: the filtered ranking must be the
     # unfiltered one restricted to the matching files, cut at k after the restriction.
-    every_lexical = lexical(repo, collection_id, text, k=MAX_K)
-    every_vector = repo.search(collection_id, query, k=MAX_K)
-    lexical_hits = lexical(repo, collection_id, text, k=k, filter=node)
+    every_lexical = lexical(repo, vector_store_id, text, k=MAX_K)
+    every_vector = repo.search(vector_store_id, query, k=MAX_K)
+    lexical_hits = lexical(repo, vector_store_id, text, k=k, filter=node)
     assert [hit.chunk_id for hit in lexical_hits] == restricted(every_lexical, keep)[:k]
     n = candidate_count(k)
     fused = fuse(
@@ -515,7 +524,7 @@ def test_filtered_lexical_and_hybrid_are_exact(
         candidates([hit for hit in every_lexical if hit.file_id in keep][:n]),
         k,
     )
-    hybrid = repo.search(collection_id, query, k=k, mode="hybrid", query_text=text, filter=node)
+    hybrid = repo.search(vector_store_id, query, k=k, mode="hybrid", query_text=text, filter=node)
     assert keys(hybrid) == [key for key, _ in fused]
     for hits in (lexical_hits, hybrid):
         assert all(hit.file_id in keep for hit in hits)
@@ -532,15 +541,15 @@ def test_filtered_lexical_and_hybrid_are_exact(
 def test_search_modes_over_grpc(tmp_path: Path) -> None:
     async def scenario() -> None:
         async with running_store(tmp_path / "ragd.db") as store:
-            collection = await store.stub.CreateCollection(
-                pb.CreateCollectionRequest(name="n", model=MODEL, dimensions=DIMS)
+            vector_store = await store.stub.CreateVectorStore(
+                pb.CreateVectorStoreRequest(name="n", model=MODEL, dimensions=DIMS)
             )
             with Repository(tmp_path / "ragd.db") as repo:
-                add_file(repo, collection.id, ["the quokka smiles", "a quiet wombat"])
+                add_file(repo, vector_store.id, ["the quokka smiles", "a quiet wombat"])
             vector = to_bytes(np.ones(DIMS, dtype=np.float32) / np.sqrt(DIMS))
             lexical_reply = await store.stub.Search(
                 pb.SearchRequest(
-                    collection_id=collection.id, k=5, mode="lexical", query_text="quokka"
+                    vector_store_id=vector_store.id, k=5, mode="lexical", query_text="quokka"
                 )
             )
             assert lexical_reply.mode == "lexical"
@@ -548,7 +557,7 @@ def test_search_modes_over_grpc(tmp_path: Path) -> None:
             assert lexical_reply.hits[0].score == 1.0
             for mode, expected in (("", "vector"), ("vector", "vector"), ("hybrid", "hybrid")):
                 request = pb.SearchRequest(
-                    collection_id=collection.id,
+                    vector_store_id=vector_store.id,
                     k=5,
                     mode=mode,
                     query_text="wombat",
@@ -559,16 +568,20 @@ def test_search_modes_over_grpc(tmp_path: Path) -> None:
                 reply = await store.stub.Search(request)
                 assert reply.mode == expected and len(reply.hits) == 2
             for bad in (
-                pb.SearchRequest(collection_id=collection.id, k=5, mode="fuzzy", query_text="x"),
-                pb.SearchRequest(collection_id=collection.id, k=5, mode="lexical"),
-                pb.SearchRequest(collection_id=collection.id, k=5, mode="hybrid", query_text="x"),
+                pb.SearchRequest(
+                    vector_store_id=vector_store.id, k=5, mode="fuzzy", query_text="x"
+                ),
+                pb.SearchRequest(vector_store_id=vector_store.id, k=5, mode="lexical"),
+                pb.SearchRequest(
+                    vector_store_id=vector_store.id, k=5, mode="hybrid", query_text="x"
+                ),
             ):
                 with pytest.raises(grpc.aio.AioRpcError) as error:
                     await store.stub.Search(bad)
                 assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             with pytest.raises(grpc.aio.AioRpcError) as error:
                 await store.stub.Search(
-                    pb.SearchRequest(collection_id="vs_nope", k=5, mode="lexical", query_text="x")
+                    pb.SearchRequest(vector_store_id="vs_nope", k=5, mode="lexical", query_text="x")
                 )
             assert error.value.code() == grpc.StatusCode.NOT_FOUND
 
@@ -576,9 +589,9 @@ def test_search_modes_over_grpc(tmp_path: Path) -> None:
 
 
 def test_a_long_query_keeps_its_longest_words(repo: Repository) -> None:
-    collection = repo.create_collection("long", MODEL, DIMS)
+    vector_store = repo.create_vector_store("long", MODEL, DIMS)
     common = [f"w{i}" for i in range(MAX_QUERY_TERMS)]
     texts = [" ".join(common) + f" filler{i}" for i in range(5)] + [" ".join(common) + " zebrafish"]
-    add_file(repo, collection.id, texts)
-    hits = lexical(repo, collection.id, " ".join([*common, "zebrafish"]), k=1)
+    add_file(repo, vector_store.id, texts)
+    hits = lexical(repo, vector_store.id, " ".join([*common, "zebrafish"]), k=1)
     assert hits[0].text.endswith("zebrafish")

@@ -29,7 +29,7 @@ from tests.store_fixtures import (
     MODEL,
     RunningStore,
     expect_status,
-    new_collection,
+    new_vector_store,
     run_against_store,
     unit_vectors,
 )
@@ -47,19 +47,19 @@ def test_health_reports_serving(tmp_path: Path) -> None:
     run_against_store(tmp_path / "ragd.db", scenario)
 
 
-def test_collection_lifecycle_over_grpc(tmp_path: Path) -> None:
+def test_vector_store_lifecycle_over_grpc(tmp_path: Path) -> None:
     vectors = unit_vectors(np.random.default_rng(1), 3, DIMS)
 
     async def scenario(store: RunningStore) -> None:
-        created = await store.stub.CreateCollection(
-            pb.CreateCollectionRequest(
+        created = await store.stub.CreateVectorStore(
+            pb.CreateVectorStoreRequest(
                 name="notes", model=MODEL, dimensions=DIMS, metadata={"team": "docs"}
             )
         )
         assert created.id.startswith("vs_") and created.metadata == {"team": "docs"}
         added = await store.stub.AddChunks(
             pb.AddChunksRequest(
-                collection_id=created.id,
+                vector_store_id=created.id,
                 file_id="file-1",
                 filename="a.txt",
                 attributes={
@@ -77,7 +77,7 @@ def test_collection_lifecycle_over_grpc(tmp_path: Path) -> None:
         assert added.usage_bytes == 3 * len(b"chunk 0") + 3 * 4 * DIMS
         result = await store.stub.Search(
             pb.SearchRequest(
-                collection_id=created.id,
+                vector_store_id=created.id,
                 query_vector=to_bytes(vectors[2]),
                 dimensions=DIMS,
                 k=2,
@@ -96,31 +96,33 @@ def test_collection_lifecycle_over_grpc(tmp_path: Path) -> None:
         assert top.attributes["lang"].string_value == "en"
         assert top.attributes["year"].number_value == 2024
         assert top.attributes["draft"].bool_value is True
-        fetched = await store.stub.GetCollection(pb.GetCollectionRequest(id=created.id))
+        fetched = await store.stub.GetVectorStore(pb.GetVectorStoreRequest(id=created.id))
         assert (fetched.chunk_count, fetched.file_count) == (3, 1)
         assert fetched.usage_bytes == added.usage_bytes
-        listed = await store.stub.ListCollections(pb.ListCollectionsRequest())
-        assert [c.id for c in listed.collections] == [created.id] and not listed.has_more
-        deleted = await store.stub.DeleteCollection(pb.DeleteCollectionRequest(id=created.id))
+        listed = await store.stub.ListVectorStores(pb.ListVectorStoresRequest())
+        assert [c.id for c in listed.vector_stores] == [created.id] and not listed.has_more
+        deleted = await store.stub.DeleteVectorStore(pb.DeleteVectorStoreRequest(id=created.id))
         assert (deleted.id, deleted.deleted) == (created.id, True)
-        listed = await store.stub.ListCollections(pb.ListCollectionsRequest())
-        assert list(listed.collections) == []
+        listed = await store.stub.ListVectorStores(pb.ListVectorStoresRequest())
+        assert list(listed.vector_stores) == []
 
     run_against_store(tmp_path / "ragd.db", scenario)
 
 
-def test_unknown_collection_is_not_found(tmp_path: Path) -> None:
+def test_unknown_vector_store_is_not_found(tmp_path: Path) -> None:
     async def scenario(store: RunningStore) -> None:
         query = to_bytes(np.ones(DIMS))
         calls: list[Awaitable[object]] = [
-            store.stub.GetCollection(pb.GetCollectionRequest(id="vs_nope")),
-            store.stub.DeleteCollection(pb.DeleteCollectionRequest(id="vs_nope")),
+            store.stub.GetVectorStore(pb.GetVectorStoreRequest(id="vs_nope")),
+            store.stub.DeleteVectorStore(pb.DeleteVectorStoreRequest(id="vs_nope")),
             store.stub.Search(
-                pb.SearchRequest(collection_id="vs_nope", query_vector=query, dimensions=DIMS, k=1)
+                pb.SearchRequest(
+                    vector_store_id="vs_nope", query_vector=query, dimensions=DIMS, k=1
+                )
             ),
             store.stub.AddChunks(
                 pb.AddChunksRequest(
-                    collection_id="vs_nope", file_id="f", dimensions=DIMS, model=MODEL
+                    vector_store_id="vs_nope", file_id="f", dimensions=DIMS, model=MODEL
                 )
             ),
         ]
@@ -144,9 +146,9 @@ def test_bad_search_requests_are_invalid_arguments(
     tmp_path: Path, payload: bytes, dimensions: int, k: int, message: str
 ) -> None:
     async def scenario(store: RunningStore) -> None:
-        collection = await new_collection(store)
+        vector_store = await new_vector_store(store)
         request = pb.SearchRequest(
-            collection_id=collection.id, query_vector=payload, dimensions=dimensions, k=k
+            vector_store_id=vector_store.id, query_vector=payload, dimensions=dimensions, k=k
         )
         details = await expect_status(store.stub.Search(request), grpc.StatusCode.INVALID_ARGUMENT)
         assert message in details
@@ -156,9 +158,9 @@ def test_bad_search_requests_are_invalid_arguments(
 
 def test_bad_chunk_payloads_are_invalid_arguments(tmp_path: Path) -> None:
     async def scenario(store: RunningStore) -> None:
-        collection = await new_collection(store)
+        vector_store = await new_vector_store(store)
         base = pb.AddChunksRequest(
-            collection_id=collection.id,
+            vector_store_id=vector_store.id,
             file_id="f",
             chunks=[pb.ChunkInput(text="a"), pb.ChunkInput(text="b")],
             dimensions=DIMS,
@@ -179,7 +181,7 @@ def test_bad_chunk_payloads_are_invalid_arguments(tmp_path: Path) -> None:
             store.stub.AddChunks(no_value), grpc.StatusCode.INVALID_ARGUMENT
         )
         assert "attribute 'empty' has no value" in details
-        fetched = await store.stub.GetCollection(pb.GetCollectionRequest(id=collection.id))
+        fetched = await store.stub.GetVectorStore(pb.GetVectorStoreRequest(id=vector_store.id))
         assert fetched.chunk_count == 0
 
     run_against_store(tmp_path / "ragd.db", scenario)
@@ -187,9 +189,9 @@ def test_bad_chunk_payloads_are_invalid_arguments(tmp_path: Path) -> None:
 
 def test_mismatched_vectors_are_failed_preconditions(tmp_path: Path) -> None:
     async def scenario(store: RunningStore) -> None:
-        collection = await new_collection(store)
+        vector_store = await new_vector_store(store)
         wrong_dims = pb.AddChunksRequest(
-            collection_id=collection.id,
+            vector_store_id=vector_store.id,
             file_id="f",
             chunks=[pb.ChunkInput(text="a")],
             vectors=to_bytes(np.ones((1, 2 * DIMS))),
@@ -201,7 +203,7 @@ def test_mismatched_vectors_are_failed_preconditions(tmp_path: Path) -> None:
         )
         assert f"not {MODEL} ({2 * DIMS} dims)" in details and "index it from" in details
         wrong_model = pb.SearchRequest(
-            collection_id=collection.id,
+            vector_store_id=vector_store.id,
             query_vector=to_bytes(np.ones(DIMS)),
             dimensions=DIMS,
             k=1,
@@ -221,20 +223,23 @@ def test_unexpected_errors_are_internal_without_details(
     db_path = tmp_path / "ragd.db"
 
     async def scenario(store: RunningStore) -> None:
-        collection = await new_collection(store)
+        vector_store = await new_vector_store(store)
         conn = open_database(db_path)
         try:  # Break the database behind the store's back.
-            conn.execute("DROP TABLE collections")
+            conn.execute("DROP TABLE vector_stores")
         finally:
             conn.close()
         request = pb.SearchRequest(
-            collection_id=collection.id, query_vector=to_bytes(np.ones(DIMS)), dimensions=DIMS, k=1
+            vector_store_id=vector_store.id,
+            query_vector=to_bytes(np.ones(DIMS)),
+            dimensions=DIMS,
+            k=1,
         )
         details = await expect_status(store.stub.Search(request), grpc.StatusCode.INTERNAL)
         assert details == "internal error in the store; see the store's log"
 
     run_against_store(db_path, scenario)
-    assert "no such table: collections" in caplog.text
+    assert "no such table: vector_stores" in caplog.text
 
 
 def test_create_server_refuses_a_newer_database(tmp_path: Path) -> None:

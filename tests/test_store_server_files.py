@@ -18,7 +18,7 @@ from tests.store_fixtures import (
     MODEL,
     RunningStore,
     expect_status,
-    new_collection,
+    new_vector_store,
     run_against_store,
     unit_vectors,
 )
@@ -39,7 +39,7 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
 
     async def scenario(store: RunningStore) -> None:
         stub = store.stub
-        collection = await new_collection(store)
+        vector_store = await new_vector_store(store)
         file = await stub.CreateFile(
             pb.CreateFileRequest(filename="a.txt", purpose="assistants", content=b"alpha beta")
         )
@@ -51,7 +51,7 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
         assert [f.id for f in listed.files] == [file.id]
 
         attach = pb.AttachFileRequest(
-            collection_id=collection.id,
+            vector_store_id=vector_store.id,
             file_id=file.id,
             attributes={"team": string("docs")},
             chunking=pb.ChunkingStrategy(max_chunk_size_tokens=256, chunk_overlap_tokens=64),
@@ -87,11 +87,11 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
         )
         assert (done.status, done.chunk_count) == ("completed", 2)
 
-        ref = pb.CollectionFileRef(collection_id=collection.id, file_id=file.id)
-        chunks = await stub.GetCollectionFileChunks(ref)
+        ref = pb.VectorStoreFileRef(vector_store_id=vector_store.id, file_id=file.id)
+        chunks = await stub.GetVectorStoreFileChunks(ref)
         assert [c.text for c in chunks.chunks] == ["alpha", "beta"]
         search = pb.SearchRequest(
-            collection_id=collection.id, query_vector=to_bytes(vectors[1]), dimensions=DIMS, k=5
+            vector_store_id=vector_store.id, query_vector=to_bytes(vectors[1]), dimensions=DIMS, k=5
         )
         search.filter.CopyFrom(comparison("team", "eq", string("docs")))
         hits = (await stub.Search(search)).hits
@@ -99,15 +99,18 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
         search.filter.CopyFrom(comparison("team", "ne", string("docs")))
         assert list((await stub.Search(search)).hits) == []
 
-        fetched = await stub.GetCollection(pb.GetCollectionRequest(id=collection.id))
+        fetched = await stub.GetVectorStore(pb.GetVectorStoreRequest(id=vector_store.id))
         assert (fetched.file_counts.completed, fetched.file_counts.total, fetched.chunk_count) == (
             1,
             1,
             2,
         )
-        updated = await stub.UpdateCollection(
-            pb.UpdateCollectionRequest(
-                id=collection.id, has_expires=True, expires_anchor="last_active_at", expires_days=2
+        updated = await stub.UpdateVectorStore(
+            pb.UpdateVectorStoreRequest(
+                id=vector_store.id,
+                has_expires=True,
+                expires_anchor="last_active_at",
+                expires_days=2,
             )
         )
         assert (updated.name, updated.expires_at) == ("notes", updated.last_active_at + 2 * 86400)
@@ -117,7 +120,7 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
         )
         batch_files = [pb.BatchFile(file_id=file.id), pb.BatchFile(file_id=second.id)]
         batch = await stub.CreateFileBatch(
-            pb.CreateFileBatchRequest(collection_id=collection.id, files=batch_files)
+            pb.CreateFileBatchRequest(vector_store_id=vector_store.id, files=batch_files)
         )
         # `file` is already completed: deduplicated, it stays out of the batch.
         assert (batch.status, batch.file_counts.in_progress, batch.file_counts.total) == (
@@ -125,12 +128,12 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
             1,
             1,
         )
-        batch_ref = pb.FileBatchRef(collection_id=collection.id, batch_id=batch.id)
+        batch_ref = pb.FileBatchRef(vector_store_id=vector_store.id, batch_id=batch.id)
         cancelled = await stub.CancelFileBatch(batch_ref)
         assert (cancelled.status, cancelled.file_counts.cancelled) == ("cancelled", 1)
         assert await stub.GetFileBatch(batch_ref) == cancelled
-        members = await stub.ListCollectionFiles(
-            pb.ListCollectionFilesRequest(collection_id=collection.id, batch_id=batch.id)
+        members = await stub.ListVectorStoreFiles(
+            pb.ListVectorStoreFilesRequest(vector_store_id=vector_store.id, batch_id=batch.id)
         )
         assert [m.status for m in members.files] == ["cancelled"]
 
@@ -144,24 +147,26 @@ def test_a_file_goes_from_upload_to_search_over_grpc(tmp_path: Path) -> None:
 def test_failures_map_to_status_codes(tmp_path: Path) -> None:
     async def scenario(store: RunningStore) -> None:
         stub = store.stub
-        collection = await new_collection(store)
+        vector_store = await new_vector_store(store)
         file = await stub.CreateFile(
             pb.CreateFileRequest(filename="a.txt", purpose="assistants", content=b"x")
         )
-        ref = pb.CollectionFileRef(collection_id=collection.id, file_id=file.id)
+        ref = pb.VectorStoreFileRef(vector_store_id=vector_store.id, file_id=file.id)
         not_found: list[tuple[Awaitable[object], str]] = [
             (stub.GetFile(pb.GetFileRequest(id="file-nope")), "no file with id 'file-nope'"),
             (stub.DeleteFile(pb.GetFileRequest(id="file-nope")), "file-nope"),
             (
                 stub.AttachFile(
-                    pb.AttachFileRequest(collection_id=collection.id, file_id="file-nope")
+                    pb.AttachFileRequest(vector_store_id=vector_store.id, file_id="file-nope")
                 ),
                 "no file with id 'file-nope'",
             ),
-            (stub.GetCollectionFile(ref), "is not in vector store"),
+            (stub.GetVectorStoreFile(ref), "is not in vector store"),
             (stub.DetachFile(ref), "is not in vector store"),
             (
-                stub.GetFileBatch(pb.FileBatchRef(collection_id=collection.id, batch_id="vsfb_x")),
+                stub.GetFileBatch(
+                    pb.FileBatchRef(vector_store_id=vector_store.id, batch_id="vsfb_x")
+                ),
                 "vsfb_x",
             ),
             (stub.RenewJob(pb.JobRef(job_id=42, worker_id=WORKER)), "no ingest job 42"),
@@ -170,7 +175,10 @@ def test_failures_map_to_status_codes(tmp_path: Path) -> None:
             assert message in await expect_status(call, grpc.StatusCode.NOT_FOUND)
 
         search = pb.SearchRequest(
-            collection_id=collection.id, query_vector=to_bytes(np.ones(DIMS)), dimensions=DIMS, k=1
+            vector_store_id=vector_store.id,
+            query_vector=to_bytes(np.ones(DIMS)),
+            dimensions=DIMS,
+            k=1,
         )
         bad_filters = [
             pb.Filter(),
@@ -182,14 +190,16 @@ def test_failures_map_to_status_codes(tmp_path: Path) -> None:
             search.filter.CopyFrom(bad)
             await expect_status(stub.Search(search), grpc.StatusCode.INVALID_ARGUMENT)
         invalid: list[Awaitable[object]] = [
-            stub.CreateFileBatch(pb.CreateFileBatchRequest(collection_id=collection.id)),
+            stub.CreateFileBatch(pb.CreateFileBatchRequest(vector_store_id=vector_store.id)),
             stub.ClaimJobs(pb.ClaimJobsRequest()),
             stub.CreateFile(pb.CreateFileRequest(filename="a.txt")),
         ]
         for call in invalid:
             await expect_status(call, grpc.StatusCode.INVALID_ARGUMENT)
 
-        await stub.AttachFile(pb.AttachFileRequest(collection_id=collection.id, file_id=file.id))
+        await stub.AttachFile(
+            pb.AttachFileRequest(vector_store_id=vector_store.id, file_id=file.id)
+        )
         (job,) = (await stub.ClaimJobs(pb.ClaimJobsRequest(worker_id=WORKER))).jobs
         failed = await stub.FailJob(
             pb.FailJobRequest(

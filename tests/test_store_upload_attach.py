@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from services.store.errors import CollectionNotFound, ModelMismatch
+from services.store.errors import ModelMismatch, VectorStoreNotFound
 from services.store.records import EmbeddingModel, NewFile
 from tests.store_fixtures import MODEL, open_repository
 
 CONTENT = b"the same bytes twice"
 
 
-def test_an_upload_is_stored_once_per_collection_and_a_failed_twin_is_retried(
+def test_an_upload_is_stored_once_per_vector_store_and_a_failed_twin_is_retried(
     tmp_path: Path,
 ) -> None:
     with open_repository(tmp_path / "ragd.db") as repo:
-        store = repo.create_collection("docs", MODEL, 4)
+        store = repo.create_vector_store("docs", MODEL, 4)
         first = repo.attach_file(store.id, upload=NewFile("a.txt", CONTENT), attributes={"v": 1})
         assert (first.status, first.deduplicated, first.filename) == ("in_progress", False, "a.txt")
         assert repo.get_file(first.file_id).purpose == "assistants"
@@ -39,20 +39,20 @@ def test_an_upload_is_stored_once_per_collection_and_a_failed_twin_is_retried(
         assert retried.attributes == {"v": 2}
         assert len(repo.list_files().items) == 1
 
-        # Another collection stores its own copy.
-        other = repo.create_collection("other", MODEL, 4)
+        # Another vector store stores its own copy.
+        other = repo.create_vector_store("other", MODEL, 4)
         elsewhere = repo.attach_file(other.id, upload=NewFile("a.txt", CONTENT))
         assert elsewhere.file_id != first.file_id and not elsewhere.deduplicated
 
 
 def test_a_refused_upload_stores_nothing(tmp_path: Path) -> None:
     with open_repository(tmp_path / "ragd.db") as repo:
-        store = repo.create_collection("docs", MODEL, 4)
-        with pytest.raises(CollectionNotFound):
+        store = repo.create_vector_store("docs", MODEL, 4)
+        with pytest.raises(VectorStoreNotFound):
             repo.attach_file("vs_missing", upload=NewFile("a.txt", CONTENT))
         with pytest.raises(ModelMismatch, match=f"indexed with {MODEL} \\(4 dims\\), not bge"):
             repo.attach_file(
                 store.id, upload=NewFile("a.txt", CONTENT), model=EmbeddingModel("bge", 4)
             )
         assert repo.list_files().items == []
-        assert repo.get_collection(store.id).file_count == 0
+        assert repo.get_vector_store(store.id).file_count == 0

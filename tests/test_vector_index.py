@@ -45,7 +45,7 @@ DIMS = 384
 
 def add_rows(
     repo: Repository,
-    collection_id: str,
+    vector_store_id: str,
     vectors: Vectors,
     start: int,
     stop: int,
@@ -53,7 +53,7 @@ def add_rows(
 ) -> None:
     """Rows start..stop-1 as one file "file-<start>", row i with the chunk text "i"."""
     repo.add_chunks(
-        collection_id,
+        vector_store_id,
         f"file-{start}",
         f"rows-{start}.txt",
         attributes or {},
@@ -64,12 +64,12 @@ def add_rows(
 
 
 def load(repo: Repository, vectors: Vectors, per_file: int = 2000, name: str = "c") -> str:
-    """A collection holding `vectors` in files of `per_file` rows; returns its id."""
-    collection_id = repo.create_collection(name, MODEL, int(vectors.shape[1])).id
+    """A vector store holding `vectors` in files of `per_file` rows; returns its id."""
+    vector_store_id = repo.create_vector_store(name, MODEL, int(vectors.shape[1])).id
     for start in range(0, len(vectors), per_file):
         stop = min(start + per_file, len(vectors))
-        add_rows(repo, collection_id, vectors, start, stop, {"block": start // per_file})
-    return collection_id
+        add_rows(repo, vector_store_id, vectors, start, stop, {"block": start // per_file})
+    return vector_store_id
 
 
 def build(repo: Repository) -> None:
@@ -79,21 +79,22 @@ def build(repo: Repository) -> None:
 
 def rows(
     repo: Repository,
-    collection_id: str,
+    vector_store_id: str,
     query: Vectors,
     k: int,
     exact: bool,
     only: Filter | None = None,
 ) -> list[int]:
-    hits = repo.search(collection_id, query, k, exact=exact, filter=only)
+    hits = repo.search(vector_store_id, query, k, exact=exact, filter=only)
     return [int(hit.text) for hit in hits]
 
 
-def recall(repo: Repository, collection_id: str, queries: Vectors, k: int) -> float:
+def recall(repo: Repository, vector_store_id: str, queries: Vectors, k: int) -> float:
     """Mean recall@k of the default search against the exact one."""
     found = [
         len(
-            set(rows(repo, collection_id, q, k, False)) & set(rows(repo, collection_id, q, k, True))
+            set(rows(repo, vector_store_id, q, k, False))
+            & set(rows(repo, vector_store_id, q, k, True))
         )
         for q in queries
     ]
@@ -117,7 +118,7 @@ def clustered(rng: np.random.Generator, count: int, clusters: int = 50) -> Vecto
 def random_sets(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Repository, dict[str, tuple[str, Vectors]]]]:
-    """20k clustered and 20k isotropic random vectors, each a collection with its coarse index
+    """20k clustered and 20k isotropic random vectors, each a vector store with its coarse index
     built under the default settings (20k rows is above min_rows), plus 50 held-out queries."""
     rng = np.random.default_rng(7)
     path = tmp_path_factory.mktemp("coarse") / "ragd.db"
@@ -137,19 +138,19 @@ def test_exact_search_is_the_numpy_top_k(
     random_sets: tuple[Repository, dict[str, tuple[str, Vectors]]],
 ) -> None:
     repo, sets = random_sets
-    collection_id, data = sets["clustered"]
+    vector_store_id, data = sets["clustered"]
     for query in data[20_000:20_010]:
-        assert rows(repo, collection_id, query, 10, True) == numpy_top(data[:20_000], query, 10)
+        assert rows(repo, vector_store_id, query, 10, True) == numpy_top(data[:20_000], query, 10)
 
 
 def test_coarse_recall_on_clustered_random_vectors(
     random_sets: tuple[Repository, dict[str, tuple[str, Vectors]]],
 ) -> None:
     repo, sets = random_sets
-    collection_id, data = sets["clustered"]
-    assert repo.get_collection(collection_id).vector_index == COARSE
+    vector_store_id, data = sets["clustered"]
+    assert repo.get_vector_store(vector_store_id).vector_index == COARSE
     # Measured 0.998.
-    assert recall(repo, collection_id, data[20_000:], 10) >= 0.98
+    assert recall(repo, vector_store_id, data[20_000:], 10) >= 0.98
 
 
 def test_coarse_hits_carry_exact_scores_even_on_isotropic_noise(
@@ -159,13 +160,13 @@ def test_coarse_hits_carry_exact_scores_even_on_isotropic_noise(
     nearly orthogonal, so hamming distance barely ranks them): recall@10 is ~0.70 there, which
     is why the README advises `exact` for non-embedding data. Scores are still exact cosines."""
     repo, sets = random_sets
-    collection_id, data = sets["isotropic"]
+    vector_store_id, data = sets["isotropic"]
     query = data[20_000]
-    hits = repo.search(collection_id, query, 10)
+    hits = repo.search(vector_store_id, query, 10)
     expected = (1.0 + data[[int(hit.text) for hit in hits]] @ query) / 2.0
     np.testing.assert_allclose([hit.score for hit in hits], expected, atol=1e-5)
     assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
-    assert recall(repo, collection_id, data[20_000:20_020], 10) >= 0.5
+    assert recall(repo, vector_store_id, data[20_000:20_020], 10) >= 0.5
 
 
 def test_filtered_coarse_search_stays_inside_the_filter_with_high_recall(
@@ -175,7 +176,7 @@ def test_filtered_coarse_search_stays_inside_the_filter_with_high_recall(
     rows goes through the post-filter, 10% through pre-filtered partitions (its pool would
     exceed max_pool), and with max_pool 0 both are pre-filtered."""
     repo, sets = random_sets
-    collection_id, data = sets["clustered"]
+    vector_store_id, data = sets["clustered"]
     default = repo.index
     try:
         for settings in (
@@ -188,7 +189,7 @@ def test_filtered_coarse_search_stays_inside_the_filter_with_high_recall(
                 allowed = [row for row in range(20_000) if row // 2000 in blocks]
                 found = 0
                 for query in data[20_000:20_020]:
-                    got = rows(repo, collection_id, query, 10, False, only)
+                    got = rows(repo, vector_store_id, query, 10, False, only)
                     assert len(got) == 10 and set(got) <= set(allowed)
                     truth = [allowed[i] for i in numpy_top(data[allowed], query, 10)]
                     found += len(set(got) & set(truth))
@@ -233,12 +234,12 @@ def test_coarse_recall_on_real_embeddings(
         min_rows=1, min_candidates=1, small_min_candidates=1, oversample=1, resident=IN_SQLITE
     )
     with open_repository(tmp_path / "ragd.db", index=tight) as repo:
-        collection_id = load(repo, data, per_file=500)
+        vector_store_id = load(repo, data, per_file=500)
         build(repo)
-        assert repo.get_collection(collection_id).vector_index == COARSE
+        assert repo.get_vector_store(vector_store_id).vector_index == COARSE
         # Measured 1.0 and 0.95.
-        assert recall(repo, collection_id, queries, 3) >= 0.98
-        assert recall(repo, collection_id, queries, 1) >= 0.9
+        assert recall(repo, vector_store_id, queries, 3) >= 0.98
+        assert recall(repo, vector_store_id, queries, 1) >= 0.9
     check_invariants(tmp_path / "ragd.db")
 
 
@@ -248,34 +249,34 @@ def test_the_index_is_built_in_steps_while_writes_continue(tmp_path: Path) -> No
     data = clustered(rng, 400)
     path = tmp_path / "ragd.db"
     with open_repository(path, index=settings) as repo:
-        collection_id = load(repo, data[:90], per_file=30)
+        vector_store_id = load(repo, data[:90], per_file=30)
         assert not repo.build_indexes()
-        assert repo.get_collection(collection_id).vector_index == EXACT
-        add_rows(repo, collection_id, data, 90, 150, {"file": "late"})
+        assert repo.get_vector_store(vector_store_id).vector_index == EXACT
+        add_rows(repo, vector_store_id, data, 90, 150, {"file": "late"})
         # One step of at most build_batch rows: the index is half built.
         assert repo.build_indexes(budget_seconds=0.0)
-        assert repo.get_collection(collection_id).vector_index == BUILDING
+        assert repo.get_vector_store(vector_store_id).vector_index == BUILDING
         check_invariants(path)
         # Searches stay exact while the copy is partial, filtered ones included.
         only = Comparison("file", "eq", value="late")
         for query in data[:3]:
-            assert rows(repo, collection_id, query, 10, False) == numpy_top(data[:150], query, 10)
-            assert rows(repo, collection_id, query, 5, False, only) == [
+            assert rows(repo, vector_store_id, query, 10, False) == numpy_top(data[:150], query, 10)
+            assert rows(repo, vector_store_id, query, 5, False, only) == [
                 90 + i for i in numpy_top(data[90:150], query, 5)
             ]
         # Writes during the build go to both copies; deleted rows leave both.
-        add_rows(repo, collection_id, data, 150, 400)
-        repo.detach_file(collection_id, "file-30")
+        add_rows(repo, vector_store_id, data, 150, 400)
+        repo.detach_file(vector_store_id, "file-30")
         check_invariants(path)
         build(repo)
-        assert repo.get_collection(collection_id).vector_index == COARSE
+        assert repo.get_vector_store(vector_store_id).vector_index == COARSE
         check_invariants(path)
         alive = [i for i in range(400) if not 30 <= i < 60]
         for query in data[:5]:
             # 400 rows in 64 partitions: the candidates cover them, so the result is exact.
             expected = [alive[i] for i in numpy_top(data[alive], query, 10)]
-            assert rows(repo, collection_id, query, 10, False) == expected
-        repo.delete_collection(collection_id)
+            assert rows(repo, vector_store_id, query, 10, False) == expected
+        repo.delete_vector_store(vector_store_id)
         check_invariants(path)
     assert not {name for name in table_names(path) if name.startswith(("vec_", "vecf_", "vecq_"))}
 
@@ -285,12 +286,12 @@ def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:
     data = clustered(rng, 3000)
     path = tmp_path / "ragd.db"
     with open_repository(path, index=IndexSettings(min_rows=1, resident=IN_SQLITE)) as repo:
-        collection_id = load(repo, data, per_file=100)
+        vector_store_id = load(repo, data, per_file=100)
         build(repo)
         # Three files in four go: every chunk of both tables keeps a few live rows.
         for start in range(0, 3000, 100):
             if start % 400:
-                repo.detach_file(collection_id, f"file-{start}")
+                repo.detach_file(vector_store_id, f"file-{start}")
         assert repo.vacuum().compacted == 1
         check_invariants(path)
         conn = open_database(path)
@@ -298,12 +299,12 @@ def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:
             assert vector_index.repack_coarse(conn, 1) is False  # nothing left to repack
         finally:
             conn.close()
-        assert repo.get_collection(collection_id).vector_index == COARSE
+        assert repo.get_vector_store(vector_store_id).vector_index == COARSE
         # Query i is row i of a kept file: it finds itself first.
         for row in (0, 50, 400, 2850):
-            assert rows(repo, collection_id, data[row], 5, False)[0] == row
-        # Vacuum lists the collections before compacting each: one deleted meanwhile is skipped.
-        repo.delete_collection(collection_id)
+            assert rows(repo, vector_store_id, data[row], 5, False)[0] == row
+        # Vacuum lists the vector stores before compacting each: one deleted meanwhile is skipped.
+        repo.delete_vector_store(vector_store_id)
         conn = open_database(path)
         try:
             assert vector_index.repack_coarse(conn, 1) is False
@@ -311,7 +312,7 @@ def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:
             conn.close()
 
 
-def test_small_odd_or_disabled_collections_stay_exact(tmp_path: Path) -> None:
+def test_small_odd_or_disabled_vector_stores_stay_exact(tmp_path: Path) -> None:
     rng = np.random.default_rng(9)
     with open_repository(
         tmp_path / "a.db", index=IndexSettings(min_rows=10, resident=IN_SQLITE)
@@ -320,14 +321,14 @@ def test_small_odd_or_disabled_collections_stay_exact(tmp_path: Path) -> None:
         odd = load(repo, unit_vectors(rng, 50, 12), name="odd")
         small = load(repo, unit_vectors(rng, 5, 16), name="small")
         build(repo)
-        assert repo.get_collection(odd).vector_index == EXACT
-        assert repo.get_collection(small).vector_index == EXACT
+        assert repo.get_vector_store(odd).vector_index == EXACT
+        assert repo.get_vector_store(small).vector_index == EXACT
     with open_repository(
         tmp_path / "b.db", index=IndexSettings(coarse=False, min_rows=1, resident=IN_SQLITE)
     ) as repo:
         off = load(repo, unit_vectors(rng, 50, 16), name="off")
         assert not repo.build_indexes()
-        assert repo.get_collection(off).vector_index == EXACT
+        assert repo.get_vector_store(off).vector_index == EXACT
 
 
 def test_the_store_server_builds_indexes_in_the_background(tmp_path: Path) -> None:
@@ -335,13 +336,13 @@ def test_the_store_server_builds_indexes_in_the_background(tmp_path: Path) -> No
     data = clustered(rng, 600)
 
     async def scenario(store: RunningStore) -> None:
-        collection = await store.stub.CreateCollection(
-            pb.CreateCollectionRequest(name="bg", model=MODEL, dimensions=DIMS)
+        vector_store = await store.stub.CreateVectorStore(
+            pb.CreateVectorStoreRequest(name="bg", model=MODEL, dimensions=DIMS)
         )
-        assert collection.vector_index == EXACT
+        assert vector_store.vector_index == EXACT
         await store.stub.AddChunks(
             pb.AddChunksRequest(
-                collection_id=collection.id,
+                vector_store_id=vector_store.id,
                 file_id="file-bg",
                 filename="bg.txt",
                 chunks=[pb.ChunkInput(text=str(i)) for i in range(600)],
@@ -351,7 +352,7 @@ def test_the_store_server_builds_indexes_in_the_background(tmp_path: Path) -> No
             )
         )
         for _ in range(200):
-            found = await store.stub.GetCollection(pb.GetCollectionRequest(id=collection.id))
+            found = await store.stub.GetVectorStore(pb.GetVectorStoreRequest(id=vector_store.id))
             if found.vector_index == COARSE:
                 break
             await asyncio.sleep(0.05)
@@ -359,7 +360,7 @@ def test_the_store_server_builds_indexes_in_the_background(tmp_path: Path) -> No
         for exact in (False, True):
             reply = await store.stub.Search(
                 pb.SearchRequest(
-                    collection_id=collection.id,
+                    vector_store_id=vector_store.id,
                     query_vector=to_bytes(data[7]),
                     dimensions=DIMS,
                     k=3,

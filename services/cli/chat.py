@@ -42,7 +42,7 @@ class Session:
     out: Console
     model: str | None
     system: str | None
-    store_id: str | None
+    vector_store_id: str | None
     # False: nothing is kept on the server; the turns so far go with each request.
     store: bool = True
     conversation: Conversation | None = None
@@ -61,8 +61,8 @@ class Session:
             body["model"] = self.model
         if self.system:
             body["instructions"] = self.system
-        if self.store_id:
-            body["tools"] = [{"type": "file_search", "vector_store_ids": [self.store_id]}]
+        if self.vector_store_id:
+            body["tools"] = [{"type": "file_search", "vector_store_ids": [self.vector_store_id]}]
             # Every turn with an index searches it (the model writes the queries).
             body["tool_choice"] = "required"
             body["include"] = [RESULTS]
@@ -75,8 +75,8 @@ class Session:
             self.turns.clear()
             return None
         metadata = {}
-        if self.store_id:
-            metadata[INDEX_KEY] = self.store_id
+        if self.vector_store_id:
+            metadata[INDEX_KEY] = self.vector_store_id
         if self.system and len(self.system) <= MAX_META_CHARS:
             metadata[SYSTEM_KEY] = self.system
         if self.model and len(self.model) <= MAX_META_CHARS:
@@ -205,7 +205,9 @@ def resume(session: Session, which: str, quiet: bool = False) -> None:
     client = session.client
     conversation = which_conversation(client, which)
     session.conversation = conversation
-    session.store_id = session.store_id or conversation.metadata.get(INDEX_KEY) or None
+    session.vector_store_id = (
+        session.vector_store_id or conversation.metadata.get(INDEX_KEY) or None
+    )
     session.system = session.system or conversation.metadata.get(SYSTEM_KEY) or None
     session.model = session.model or conversation.metadata.get(MODEL_KEY) or None
     if quiet:

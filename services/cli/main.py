@@ -31,7 +31,7 @@ from services.client.ingest import IngestClient
 from services.client.rest import DEFAULT_URL, RestClient
 from services.common.paths import state_dir
 from services.common.versions import ragd_version
-from services.common.vocabulary import AUDIT_OPERATIONS, SEARCH_MODES
+from services.common.vocabulary import AUDIT_OPERATIONS, SCOPES, SEARCH_MODES
 
 
 class Exit(IntEnum):
@@ -455,8 +455,10 @@ def chat(
         if search is not None:
             chat_session.history_hits(out, client, search, k, as_json)
             return
-        store_id = client.resolve(index_name).id if index_name else None
-        session = chat_session.Session(client, out, model, system, store_id, store=not no_store)
+        vector_store_id = client.resolve(index_name).id if index_name else None
+        session = chat_session.Session(
+            client, out, model, system, vector_store_id, store=not no_store
+        )
         if resume:
             chat_session.resume(session, resume, quiet=as_json)
         if question is not None:
@@ -520,10 +522,14 @@ def audit_command(
     every ingest, newest first."""
     after = time.time() - _duration(since) if since else 0.0
     with settings.rest() as rest:
-        store_id = rest.resolve(store).id if store else ""
+        vector_store_id = rest.resolve(store).id if store else ""
         try:
             entries = rest.audit(
-                operation=operation or "", store=store_id, key=key or "", since=after, limit=limit
+                operation=operation or "",
+                store=vector_store_id,
+                key=key or "",
+                since=after,
+                limit=limit,
             )
         except NotFound as error:
             raise _admin_missing(error) from None
@@ -544,7 +550,7 @@ def keys() -> None:
 @click.argument("name")
 @click.option(
     "--scope",
-    type=click.Choice(["read", "write", "admin"]),
+    type=click.Choice(SCOPES),
     required=True,
     help="read: search and reads; write: also ingest and changes; admin: everything.",
 )

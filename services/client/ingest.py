@@ -2,7 +2,7 @@
 
     with IngestClient("127.0.0.1:50053", api_key=key) as client:
         docs = (Document(filename=p.name, data=p.read_bytes()) for p in paths)
-        for event in client.ingest(docs, vector_store="notes"):
+        for event in client.ingest(docs, vector store="notes"):
             if isinstance(event, Summary):
                 print(event.completed, "indexed,", event.failed, "failed")
             elif event.state is State.FAILED:

@@ -163,30 +163,30 @@ class RestClient:
             body["metadata"] = metadata
         return VectorStore.from_json(self.request("POST", "/v1/vector_stores", json=body))
 
-    def get_vector_store(self, store_id: str) -> VectorStore:
-        return VectorStore.from_json(self.request("GET", f"/v1/vector_stores/{store_id}"))
+    def get_vector_store(self, vector_store_id: str) -> VectorStore:
+        return VectorStore.from_json(self.request("GET", f"/v1/vector_stores/{vector_store_id}"))
 
     def reindex(
-        self, store_id: str, model: str, chunking: dict[str, Any] | None = None
+        self, vector_store_id: str, model: str, chunking: dict[str, Any] | None = None
     ) -> VectorStore:
         """Starts re-indexing the store with `model` (ragd extension); see `reindex` on it."""
         body: dict[str, Any] = {"embedding_model": model}
         if chunking is not None:
             body["chunking_strategy"] = chunking
-        path = f"/v1/vector_stores/{store_id}/reindex"
+        path = f"/v1/vector_stores/{vector_store_id}/reindex"
         return VectorStore.from_json(self.request("POST", path, json=body))
 
-    def cancel_reindex(self, store_id: str) -> VectorStore:
-        path = f"/v1/vector_stores/{store_id}/reindex/cancel"
+    def cancel_reindex(self, vector_store_id: str) -> VectorStore:
+        path = f"/v1/vector_stores/{vector_store_id}/reindex/cancel"
         return VectorStore.from_json(self.request("POST", path, json={}))
 
-    def delete_vector_store(self, store_id: str) -> bool:
-        reply = self.request("DELETE", f"/v1/vector_stores/{store_id}")
+    def delete_vector_store(self, vector_store_id: str) -> bool:
+        reply = self.request("DELETE", f"/v1/vector_stores/{vector_store_id}")
         return bool(reply.get("deleted"))
 
     def search(
         self,
-        store_id: str,
+        vector_store_id: str,
         query: str,
         *,
         k: int = 10,
@@ -198,7 +198,7 @@ class RestClient:
             body["mode"] = mode
         if filters is not None:
             body["filters"] = filters
-        reply = self.request("POST", f"/v1/vector_stores/{store_id}/search", json=body)
+        reply = self.request("POST", f"/v1/vector_stores/{vector_store_id}/search", json=body)
         hits = [
             SearchHit(
                 file_id=item.get("file_id", ""),

@@ -35,6 +35,7 @@ MAX_FILTER_DEPTH = 8
 
 # OpenAI: a file's status in a vector store, and a batch's.
 IN_PROGRESS, COMPLETED, FAILED, CANCELLED = "in_progress", "completed", "failed", "cancelled"
+INCOMPLETE, QUEUED = "incomplete", "queued"
 FILE_STATUSES = (IN_PROGRESS, COMPLETED, FAILED, CANCELLED)
 BATCH_STATUSES = (IN_PROGRESS, COMPLETED, CANCELLED, FAILED)
 # OpenAI: last_error.code of a failed file.
@@ -78,10 +79,16 @@ AUDIT_OPERATIONS = (
 
 # OpenAI: items added to a conversation in one call; the item kinds and statuses it knows.
 MAX_NEW_ITEMS = 20
-ITEM_STATUSES = (IN_PROGRESS, COMPLETED, "incomplete", FAILED)
+ITEM_STATUSES = (IN_PROGRESS, COMPLETED, INCOMPLETE, FAILED)
 ROLES = ("user", "assistant", "system", "developer")
 # ragd's bounds on what a conversation holds: a title, and one item's JSON.
 MAX_TITLE_CHARS = 200
 MAX_ITEM_BYTES = 1 << 20
-# OpenAI: a response's status.
-RESPONSE_STATUSES = (COMPLETED, "incomplete", FAILED, CANCELLED, IN_PROGRESS, "queued")
+# OpenAI: a response's status: how a turn ended (what a recorded response holds), or that a
+# background one is still under way.
+ENDED_RESPONSE_STATUSES = (COMPLETED, INCOMPLETE, FAILED, CANCELLED)
+PENDING_RESPONSE_STATUSES = (QUEUED, IN_PROGRESS)
+RESPONSE_STATUSES = ENDED_RESPONSE_STATUSES + PENDING_RESPONSE_STATUSES
+
+# API key scopes, each allowing what the ones before it allow.
+SCOPES = ("read", "write", "admin")

@@ -4,36 +4,11 @@ GGUF (model.py) or an OpenAI-compatible endpoint (remote.py). No llama_cpp here.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
+from services.common.model_info import ModelInfo
 from services.embedder.errors import EmptyInput, InputTooLong
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    dimensions: int
-    # Longest input in tokens, [CLS] and [SEP] included.
-    max_input_tokens: int
-    pooling: str
-    normalized: bool
-    # sha256 of the GGUF file.
-    digest: str
-    # Most tokens / inputs in one forward pass.
-    max_batch_tokens: int
-    max_batch_inputs: int
-    # Tokens the model adds to every text ([CLS] and [SEP] for BERT).
-    special_tokens: int = 0
-    # Where token counts come from: gguf (the model's own vocabulary), upstream (the
-    # upstream's tokenize endpoint), tokenizer.json, or characters (an estimate).
-    tokenizer: str = "gguf"
-    # llama.cpp, or openai (an OpenAI-compatible endpoint).
-    backend: str = "llama.cpp"
-    # Where the weights came from: the GGUF's recorded source or file name; the upstream URL.
-    source: str = ""
-    # The libraries computing the vectors -> version.
-    versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 import llama_cpp
 import numpy as np
 
+from services.common.model_info import ModelInfo
 from services.common.vectors import FloatMatrix
-from services.embedder.backend import ModelInfo, Prepared, prepare_inputs
+from services.embedder.backend import Prepared, prepare_inputs
 from services.embedder.errors import (
     InvalidInput,
     ModelLoadError,

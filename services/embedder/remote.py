@@ -31,9 +31,10 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import numpy as np
 
+from services.common.model_info import ModelInfo
 from services.common.vectors import FloatMatrix
 from services.common.vocabulary import CHARS_PER_TOKEN
-from services.embedder.backend import ModelInfo, Prepared, prepare_inputs
+from services.embedder.backend import Prepared, prepare_inputs
 from services.embedder.errors import ModelLoadError, UpstreamError
 
 log = logging.getLogger(__name__)

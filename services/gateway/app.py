@@ -48,7 +48,7 @@ from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
 
-VS = "/v1/vector_stores/{store_id}"
+VS = "/v1/vector_stores/{vector_store_id}"
 CONV = "/v1/conversations/{conversation_id}"
 RESP = "/v1/responses/{response_id}"
 ROUTES = [

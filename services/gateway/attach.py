@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from services.common.model_info import ModelInfo
 from services.gateway import errors
 from services.gateway.attributes import Attribute, attributes_message
-from services.gateway.clients import ModelInfo, Store
+from services.gateway.clients import Store
 from services.gateway.embedders import Embedders
 from services.gateway.ingest import ChunkingStrategy
 from services.gateway.models import store_model
@@ -47,16 +48,16 @@ class Attacher:
     embedders: Embedders
     workers: IngestWorkers
 
-    async def model(self, store_id: str) -> ModelInfo:
+    async def model(self, vector_store_id: str) -> ModelInfo:
         """The model the vector store's files are embedded with (to resolve their chunking);
         a store of a model no embedder here serves is refused. While the model's embedders do
         not answer, what the store recorded of it: files are then indexed lexically first."""
         try:
-            return (await self.embedders.for_store(self.store, store_id))[1]
+            return (await self.embedders.for_store(self.store, vector_store_id))[1]
         except errors.ApiError as error:
             if not errors.is_transient(error):
                 raise
-        found = await self.store.GetCollection(store_pb2.GetCollectionRequest(id=store_id))
+        found = await self.store.GetVectorStore(store_pb2.GetVectorStoreRequest(id=vector_store_id))
         return ModelInfo(
             name=found.model,
             dimensions=found.dimensions,
@@ -67,21 +68,21 @@ class Attacher:
             special_tokens=0,
         )
 
-    async def _model(self, store_id: str) -> store_pb2.EmbeddingModel:
-        return store_model(await self.model(store_id))
+    async def _model(self, vector_store_id: str) -> store_pb2.EmbeddingModel:
+        return store_model(await self.model(vector_store_id))
 
     async def attach(
-        self, store_id: str, item: Attachment, key_name: str = ""
-    ) -> store_pb2.CollectionFile:
+        self, vector_store_id: str, item: Attachment, key_name: str = ""
+    ) -> store_pb2.VectorStoreFile:
         """One file; an upload whose content the vector store already has comes back as that
         file with `deduplicated` set (or, if it had failed, that file attached again).
         `key_name`: the API key whose usage its embedding counts in."""
         request = store_pb2.AttachFileRequest(
-            collection_id=store_id,
+            vector_store_id=vector_store_id,
             key_name=key_name,
             attributes=attributes_message(item.attributes),
             chunking=item.strategy.message(),
-            model=await self._model(store_id),
+            model=await self._model(vector_store_id),
         )
         if item.upload is not None:
             request.upload.CopyFrom(
@@ -94,14 +95,14 @@ class Attacher:
         return attached
 
     async def attach_batch(
-        self, store_id: str, items: Sequence[Attachment], key_name: str = ""
+        self, vector_store_id: str, items: Sequence[Attachment], key_name: str = ""
     ) -> store_pb2.FileBatch:
         """Stored files, in one store transaction, as a file batch."""
         batch = await self.store.CreateFileBatch(
             store_pb2.CreateFileBatchRequest(
-                collection_id=store_id,
+                vector_store_id=vector_store_id,
                 key_name=key_name,
-                model=await self._model(store_id),
+                model=await self._model(vector_store_id),
                 files=[
                     store_pb2.BatchFile(
                         file_id=item.file_id,

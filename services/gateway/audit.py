@@ -26,7 +26,7 @@ from services.gateway.auth import principal, project
 from services.gateway.clients import Store
 from services.gateway.errors import ApiError, is_transient
 from services.gateway.flusher import Flusher
-from services.gateway.keys import is_search, store_in_path
+from services.gateway.keys import is_search, vector_store_in_path
 from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ class AuditLog(Flusher):
     def record(
         self,
         operation: str,
-        collection_id: str,
+        vector_store_id: str,
         *,
         latency_ms: float,
         k: int = 0,
@@ -101,7 +101,7 @@ class AuditLog(Flusher):
             store_pb2.AuditEntry(
                 at=time.time() if at is None else at,
                 operation=operation,
-                collection_id=collection_id,
+                vector_store_id=vector_store_id,
                 k=k,
                 latency_ms=latency_ms,
                 result_count=result_count,
@@ -134,7 +134,7 @@ class AuditLog(Flusher):
 
 
 # What a route adds to its request's audit entry (operation, k, result_count, degraded,
-# detail, embedded_tokens, collection_id), and a failed request's error code.
+# detail, embedded_tokens, vector_store_id), and a failed request's error code.
 AUDIT_INFO = "ragd.audit"
 ERROR_CODE = "ragd.error_code"
 _AUDITED = ("/v1", "/admin")
@@ -203,7 +203,7 @@ def _record(scope: Scope, status: int, at: float, latency_ms: float) -> None:
     error_code = scope.get(ERROR_CODE) or (f"http_{status}" if status >= 400 else "")
     deps.audit.record(
         info.get("operation") or _operation(method, scope["path"]),
-        info.get("collection_id") or store_in_path(scope["path"]) or "",
+        info.get("vector_store_id") or vector_store_in_path(scope["path"]) or "",
         latency_ms=latency_ms,
         k=info.get("k", 0),
         result_count=info.get("result_count", 0),

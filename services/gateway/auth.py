@@ -25,7 +25,7 @@ from services.gateway.keys import (
     admit,
     project_for,
     required_scope,
-    store_in_path,
+    vector_store_in_path,
 )
 
 # /metrics too: its figures name vector stores' activity and the load on the service.
@@ -117,10 +117,10 @@ def refuse(
 ) -> PermissionDenied | NotFound | Overloaded | None:
     """Why `who` may not make this request, or None (then it counts against its limits)."""
     need = required_scope(method, path)
-    store_id = store_in_path(path)
-    if who.allows(need) and store_id is not None and not who.reaches(store_id):
+    vector_store_id = vector_store_in_path(path)
+    if who.allows(need) and vector_store_id is not None and not who.reaches(vector_store_id):
         # As for an id that does not exist: a limited key learns nothing of other stores.
-        return NotFound(f"no vector store with id {store_id!r}")
+        return NotFound(f"no vector store with id {vector_store_id!r}")
     if who.allows(need) and who.vector_stores and method == "POST" and path == "/v1/vector_stores":
         return PermissionDenied(
             f"the API key {who.name!r} is limited to some vector stores and cannot create one"

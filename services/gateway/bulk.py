@@ -113,14 +113,14 @@ async def resolve_vector_store(store: Store, ref: str) -> str:
         raise invalid("the document names no vector store: set vector_store to an id or a name")
     if ref.startswith("vs_"):
         try:
-            await store.GetCollection(store_pb2.GetCollectionRequest(id=ref))
+            await store.GetVectorStore(store_pb2.GetVectorStoreRequest(id=ref))
             return ref
         except errors.NotFound:
             pass
-    page = await store.ListCollections(
-        store_pb2.ListCollectionsRequest(limit=100, order="asc", name=ref)
+    page = await store.ListVectorStores(
+        store_pb2.ListVectorStoresRequest(limit=100, order="asc", name=ref)
     )
-    matches = [c.id for c in page.collections]
+    matches = [c.id for c in page.vector_stores]
     if len(matches) == 1:
         return matches[0]
     if not matches:
@@ -265,13 +265,15 @@ class IngestSession:
     async def _store_document(
         self, index: int, document: Document, who: Principal | None
     ) -> Progress:
-        store_id = await self._resolve(document.vector_store)
-        if who is not None and not who.reaches(store_id):
+        vector_store_id = await self._resolve(document.vector_store)
+        if who is not None and not who.reaches(vector_store_id):
             # As for a store that does not exist: a limited key learns nothing of others.
             raise errors.NotFound(_unknown_store(document.vector_store))
 
         def failed(code: str, message: str) -> Progress:
-            return Progress(index, document.ref, State.FAILED, store_id, "", 0, code, message)
+            return Progress(
+                index, document.ref, State.FAILED, vector_store_id, "", 0, code, message
+            )
 
         if not document.filename:
             return failed("invalid_value", "the document has no filename")
@@ -296,18 +298,20 @@ class IngestSession:
                 "(RAGD_MAX_UPLOAD_BYTES)",
             )
         item = Attachment(
-            strategy=resolve_chunking(document.chunking, await self._deps.attacher.model(store_id)),
+            strategy=resolve_chunking(
+                document.chunking, await self._deps.attacher.model(vector_store_id)
+            ),
             upload=Upload(document.filename, content),
             attributes=attributes({"attributes": document.attributes}),
         )
-        attached = await self._deps.attacher.attach(store_id, item, who.name if who else "")
+        attached = await self._deps.attacher.attach(vector_store_id, item, who.name if who else "")
         if who is not None and not attached.deduplicated:
             self._deps.key_usage.add(who.name, stored=len(content))
         if attached.deduplicated:
             # The vector store has this content already (indexed, or being indexed).
             return self._existing(index, document.ref, attached)
         self._track(attached, _Waiter(index, document.ref, duplicate=False))
-        return Progress(index, document.ref, State.ACCEPTED, store_id, attached.file_id)
+        return Progress(index, document.ref, State.ACCEPTED, vector_store_id, attached.file_id)
 
     async def _resolve(self, ref: str) -> str:
         task = self._stores.get(ref)
@@ -317,27 +321,27 @@ class IngestSession:
         # Shielded: one cancelled document must not cancel the lookup the others share.
         return await asyncio.shield(task)
 
-    def _existing(self, index: int, ref: str, item: store_pb2.CollectionFile) -> Progress:
+    def _existing(self, index: int, ref: str, item: store_pb2.VectorStoreFile) -> Progress:
         """A document whose content the vector store already has (indexed or being indexed)."""
         waiter = _Waiter(index, ref, duplicate=True)
         if item.status == "in_progress":
             self._track(item, waiter)
             return Progress(
-                index, ref, State.ACCEPTED, item.collection_id, item.file_id, duplicate=True
+                index, ref, State.ACCEPTED, item.vector_store_id, item.file_id, duplicate=True
             )
         return _outcome(waiter, item)
 
-    def _track(self, item: store_pb2.CollectionFile, waiter: _Waiter) -> None:
-        key = (item.collection_id, item.file_id)
+    def _track(self, item: store_pb2.VectorStoreFile, waiter: _Waiter) -> None:
+        key = (item.vector_store_id, item.file_id)
         tracked = self._tracked.setdefault(key, _Tracked(time.monotonic(), []))
         tracked.waiters.append(waiter)
 
-    def _finish(self, item: store_pb2.CollectionFile) -> None:
-        tracked = self._tracked.pop((item.collection_id, item.file_id), None)
+    def _finish(self, item: store_pb2.VectorStoreFile) -> None:
+        tracked = self._tracked.pop((item.vector_store_id, item.file_id), None)
         for waiter in tracked.waiters if tracked else []:
             self._events.put_nowait(_outcome(waiter, item))
 
-    def _on_done(self, item: store_pb2.CollectionFile) -> None:
+    def _on_done(self, item: store_pb2.VectorStoreFile) -> None:
         if item.status != "in_progress":
             self._finish(item)
 
@@ -355,14 +359,14 @@ class IngestSession:
                     break
 
     async def _check(self, key: _Key) -> bool:
-        store_id, file_id = key
+        vector_store_id, file_id = key
         try:
-            item = await self._deps.store.GetCollectionFile(
-                store_pb2.CollectionFileRef(collection_id=store_id, file_id=file_id)
+            item = await self._deps.store.GetVectorStoreFile(
+                store_pb2.VectorStoreFileRef(vector_store_id=vector_store_id, file_id=file_id)
             )
         except errors.NotFound:
-            item = store_pb2.CollectionFile(
-                collection_id=store_id,
+            item = store_pb2.VectorStoreFile(
+                vector_store_id=vector_store_id,
                 file_id=file_id,
                 status="failed",
                 last_error=store_pb2.LastError(
@@ -371,7 +375,7 @@ class IngestSession:
                 ),
             )
         except errors.ApiError as error:
-            log.warning("cannot follow %s in %s: %s", file_id, store_id, error.message)
+            log.warning("cannot follow %s in %s: %s", file_id, vector_store_id, error.message)
             return False
         if item.status == "in_progress":
             # Not finished: look again only after another poll period.
@@ -382,15 +386,15 @@ class IngestSession:
         return True
 
 
-def _outcome(waiter: _Waiter, item: store_pb2.CollectionFile) -> Progress:
+def _outcome(waiter: _Waiter, item: store_pb2.VectorStoreFile) -> Progress:
     """How a document ended, from its file's final row."""
     base = (waiter.index, waiter.ref)
     if item.status == "completed":
         state = State.UNCHANGED if waiter.duplicate else State.COMPLETED
-        return Progress(*base, state, item.collection_id, item.file_id, item.chunk_count)
+        return Progress(*base, state, item.vector_store_id, item.file_id, item.chunk_count)
     if item.status == "cancelled":
         code, message = "cancelled", "the file was cancelled before it was indexed"
     else:
         code = item.last_error.code or "server_error"
         message = item.last_error.message or "indexing failed"
-    return Progress(*base, State.FAILED, item.collection_id, item.file_id, 0, code, message)
+    return Progress(*base, State.FAILED, item.vector_store_id, item.file_id, 0, code, message)

@@ -13,7 +13,7 @@ import logging
 import re
 import socket
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import tracing
 from services.common.grpc_server import MAX_MESSAGE_BYTES
+from services.common.model_info import ModelInfo
 from services.common.security import TlsFiles, bearer_metadata
 from services.common.vectors import FloatMatrix, from_bytes
 from services.gateway import errors
@@ -53,8 +54,8 @@ _SERVICE_CONFIG = {
         {
             "name": [
                 {"service": "ragd.embedder.v1.Embedder"},
-                {"service": "ragd.store.v1.Store", "method": "GetCollection"},
-                {"service": "ragd.store.v1.Store", "method": "ListCollections"},
+                {"service": "ragd.store.v1.Store", "method": "GetVectorStore"},
+                {"service": "ragd.store.v1.Store", "method": "ListVectorStores"},
                 {"service": "ragd.store.v1.Store", "method": "Search"},
             ],
             "retryPolicy": {
@@ -296,22 +297,6 @@ async def check_health(channel: grpc.aio.Channel, timeout: float = 2.0) -> str:
 
 
 @dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    dimensions: int
-    max_input_tokens: int
-    pooling: str
-    normalized: bool
-    digest: str
-    # Tokens the model adds to every text ([CLS] and [SEP] for BERT).
-    special_tokens: int
-    # "llama.cpp" or "openai"; where the weights came from; the embedder's software.
-    backend: str = ""
-    source: str = ""
-    versions: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Embedded:
     # len(texts) x dimensions little-endian float32, as the embedder sent them.
     data: bytes
@@ -384,7 +369,7 @@ class EmbedderClient:
         reply = await self._stub.Embed(request, timeout=timeout)
         info = await self.info(timeout=timeout)
         if (reply.model, reply.dimensions) != (info.name, info.dimensions):
-            # Every replica must serve one model: vectors of two models mixed in a collection
+            # Every replica must serve one model: vectors of two models mixed in a vector store
             # are silently wrong. Info is re-read once, in case all replicas were replaced.
             info = await self.info(refresh=True, timeout=timeout)
             if (reply.model, reply.dimensions) != (info.name, info.dimensions):

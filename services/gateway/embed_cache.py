@@ -11,8 +11,9 @@ import hashlib
 import logging
 from collections.abc import Sequence
 
+from services.common.model_info import ModelInfo
 from services.common.vectors import FloatMatrix, from_bytes, to_bytes
-from services.gateway.clients import ModelInfo, Store
+from services.gateway.clients import Store
 from services.gateway.errors import ApiError
 from services.pb import store_pb2
 

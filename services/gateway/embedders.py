@@ -16,11 +16,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from services.common.model_info import ModelInfo
 from services.gateway import errors
-from services.gateway.clients import EmbedderClient, ModelInfo, Store
+from services.gateway.clients import EmbedderClient, Store
 from services.pb import store_pb2
 
-# Vector stores whose model is remembered; a miss costs one GetCollection.
+# Vector stores whose model is remembered; a miss costs one GetVectorStore.
 _REMEMBERED = 10_000
 # How long one round of Info calls answers `availability`, in seconds.
 AVAILABILITY_SECONDS = 1.0
@@ -161,7 +162,7 @@ class Embedders:
         return found
 
     async def for_store(
-        self, store: Store, store_id: str, refresh: bool = False
+        self, store: Store, vector_store_id: str, refresh: bool = False
     ) -> tuple[EmbedderClient, ModelInfo]:
         """The embedder of the vector store's model. With one model that is the one (the
         store's model rule refuses what does not fit); with several the store's model is
@@ -169,23 +170,23 @@ class Embedders:
         it, the store refuses the old model with errors.ModelMismatch)."""
         if len(self._clients) == 1:
             return await self.get(None)
-        known = None if refresh else self._store_models.get(store_id)
+        known = None if refresh else self._store_models.get(vector_store_id)
         if known is None:
-            found = await store.GetCollection(store_pb2.GetCollectionRequest(id=store_id))
+            found = await store.GetVectorStore(store_pb2.GetVectorStoreRequest(id=vector_store_id))
             known = (found.model, found.dimensions)
-            self._store_models[store_id] = known
+            self._store_models[vector_store_id] = known
             while len(self._store_models) > _REMEMBERED:
                 self._store_models.popitem(last=False)
         model, dimensions = known
         client = await self.find(model)
         if client is None or client[1].dimensions != dimensions:
-            if not refresh and store_id in self._store_models:
+            if not refresh and vector_store_id in self._store_models:
                 # Remembered from another request, maybe another key's: a store the caller
                 # does not reach must answer 404 here as well (the store checks who asks).
-                await store.GetCollection(store_pb2.GetCollectionRequest(id=store_id))
+                await store.GetVectorStore(store_pb2.GetVectorStoreRequest(id=vector_store_id))
             raise errors.Refused(
-                f"vector store {store_id!r} was indexed with {model} ({dimensions} dims), which "
-                f"no embedder here serves ({', '.join(await self.names())}); serve it "
+                f"vector store {vector_store_id!r} was indexed with {model} ({dimensions} dims), "
+                f"which no embedder here serves ({', '.join(await self.names())}); serve it "
                 "(RAGD_EMBEDDERS) or re-index the store with a served model"
             )
         return client

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from services.common.model_info import ModelInfo
 from services.common.vocabulary import (
     AUTO,
     CHARS_PER_TOKEN,
@@ -18,7 +19,7 @@ from services.common.vocabulary import (
     STATIC,
 )
 from services.gateway.chunking import Chunk, chunk_text
-from services.gateway.clients import EmbedderClient, ModelInfo
+from services.gateway.clients import EmbedderClient
 from services.gateway.embed_cache import EmbeddingCache, text_hash
 from services.gateway.errors import invalid
 from services.pb import store_pb2

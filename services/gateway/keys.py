@@ -25,6 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from services.common import tenancy
+from services.common.vocabulary import SCOPES
 from services.gateway.errors import (
     ApiError,
     NotFound,
@@ -37,7 +38,6 @@ from services.pb import store_pb2
 
 log = logging.getLogger(__name__)
 
-SCOPES = ("read", "write", "admin")
 # A looked-up key (and its tokens used today) is trusted this long unless the key state
 # changes meanwhile.
 CACHE_SECONDS = 10.0
@@ -62,7 +62,7 @@ class Principal:
     vector_stores: frozenset[str] = frozenset()
     requests_per_minute: int = 0
     tokens_per_day: int = 0
-    tokens_today: int = 0
+    embedded_tokens_today: int = 0
     project: str = DEFAULT_PROJECT
     # A key limited to some vector stores reaches its project's conversations, not only its own.
     project_conversations: bool = False
@@ -70,8 +70,8 @@ class Principal:
     def allows(self, scope: str) -> bool:
         return SCOPES.index(self.scope) >= SCOPES.index(scope)
 
-    def reaches(self, store_id: str) -> bool:
-        return not self.vector_stores or store_id in self.vector_stores
+    def reaches(self, vector_store_id: str) -> bool:
+        return not self.vector_stores or vector_store_id in self.vector_stores
 
     def caller(self) -> tenancy.Caller:
         return tenancy.Caller(
@@ -125,7 +125,7 @@ def is_search(method: str, path: str) -> bool:
     return method == "POST" and _SEARCHES.fullmatch(path) is not None
 
 
-def store_in_path(path: str) -> str | None:
+def vector_store_in_path(path: str) -> str | None:
     """The vector store a /v1/vector_stores/<id>... path names."""
     found = _STORE_PATH.match(path)
     return found.group("id") if found else None
@@ -138,7 +138,7 @@ def principal_of(key: store_pb2.ApiKey) -> Principal:
         frozenset(key.vector_stores),
         key.requests_per_minute,
         key.tokens_per_day,
-        key.tokens_today,
+        key.embedded_tokens_today,
         key.project or DEFAULT_PROJECT,
         key.project_conversations,
     )
@@ -248,7 +248,10 @@ def admit(
             code="rate_limit_exceeded",
             retry_after=wait,
         )
-    if who.tokens_per_day and who.tokens_today + usage.tokens(who.name) >= who.tokens_per_day:
+    if (
+        who.tokens_per_day
+        and who.embedded_tokens_today + usage.tokens(who.name) >= who.tokens_per_day
+    ):
         midnight = (int(time.time()) // 86400 + 1) * 86400
         return Overloaded(
             f"the API key {who.name!r} has embedded its {who.tokens_per_day} tokens for "

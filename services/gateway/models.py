@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.gateway.clients import EmbedderClient, ModelInfo
+from services.common.model_info import ModelInfo
+from services.gateway.clients import EmbedderClient
 from services.gateway.embedders import Embedders
 from services.gateway.errors import InvalidRequest, NotFound
 from services.pb import store_pb2

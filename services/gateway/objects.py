@@ -19,41 +19,41 @@ def file_counts(counts: store_pb2.FileCounts) -> dict[str, int]:
     }
 
 
-def vector_store(collection: store_pb2.Collection, now: float | None = None) -> dict[str, Any]:
+def vector_store(vector_store: store_pb2.VectorStore, now: float | None = None) -> dict[str, Any]:
     now = time.time() if now is None else now
-    if collection.expires_at and collection.expires_at <= now:
+    if vector_store.expires_at and vector_store.expires_at <= now:
         status = "expired"
-    elif collection.file_counts.in_progress:
+    elif vector_store.file_counts.in_progress:
         status = "in_progress"
     else:
         status = "completed"
     expires_after = (
-        {"anchor": collection.expires_anchor, "days": collection.expires_days}
-        if collection.expires_days
+        {"anchor": vector_store.expires_anchor, "days": vector_store.expires_days}
+        if vector_store.expires_days
         else None
     )
     return {
-        "id": collection.id,
+        "id": vector_store.id,
         "object": "vector_store",
-        "created_at": collection.created_at,
-        "name": collection.name,
-        "usage_bytes": collection.usage_bytes,
-        "file_counts": file_counts(collection.file_counts),
+        "created_at": vector_store.created_at,
+        "name": vector_store.name,
+        "usage_bytes": vector_store.usage_bytes,
+        "file_counts": file_counts(vector_store.file_counts),
         "status": status,
-        "last_active_at": collection.last_active_at or None,
-        "metadata": dict(collection.metadata),
+        "last_active_at": vector_store.last_active_at or None,
+        "metadata": dict(vector_store.metadata),
         "expires_after": expires_after,
-        "expires_at": collection.expires_at or None,
+        "expires_at": vector_store.expires_at or None,
         # Extension: the embedding model the store was indexed with.
-        "embedding_model": {"name": collection.model, "dimensions": collection.dimensions},
+        "embedding_model": {"name": vector_store.model, "dimensions": vector_store.dimensions},
         # Extension: chunks indexed in the store (searchable ones; files in progress add later).
-        "chunk_count": collection.chunk_count,
+        "chunk_count": vector_store.chunk_count,
         # Extension: "exact", "building" or "coarse" (large stores; see the README).
-        "vector_index": collection.vector_index,
+        "vector_index": vector_store.vector_index,
         # Extension: the latest re-index (POST /v1/vector_stores/{id}/reindex), if any.
-        "reindex": reindex(collection.reindex) if collection.HasField("reindex") else None,
+        "reindex": reindex(vector_store.reindex) if vector_store.HasField("reindex") else None,
         # Extension: completed files searchable by text only, their vectors still to come.
-        "vectors_pending": collection.file_counts.vectors_pending,
+        "vectors_pending": vector_store.file_counts.vectors_pending,
     }
 
 
@@ -87,7 +87,7 @@ def file(item: store_pb2.File) -> dict[str, Any]:
     }
 
 
-def vector_store_file(item: store_pb2.CollectionFile) -> dict[str, Any]:
+def vector_store_file(item: store_pb2.VectorStoreFile) -> dict[str, Any]:
     last_error = (
         {"code": item.last_error.code, "message": item.last_error.message}
         if item.HasField("last_error") and item.last_error.code
@@ -110,7 +110,7 @@ def vector_store_file(item: store_pb2.CollectionFile) -> dict[str, Any]:
         "object": "vector_store.file",
         "usage_bytes": item.usage_bytes,
         "created_at": item.created_at,
-        "vector_store_id": item.collection_id,
+        "vector_store_id": item.vector_store_id,
         "status": item.status,
         "last_error": last_error,
         "chunking_strategy": chunking,
@@ -128,7 +128,7 @@ def file_batch(batch: store_pb2.FileBatch) -> dict[str, Any]:
         "id": batch.id,
         "object": "vector_store.file_batch",
         "created_at": batch.created_at,
-        "vector_store_id": batch.collection_id,
+        "vector_store_id": batch.vector_store_id,
         "status": batch.status,
         "file_counts": file_counts(batch.file_counts),
     }

@@ -159,7 +159,10 @@ OPERATIONS: dict[Endpoint, Operation] = {
     files.delete_file: Operation("Delete a file everywhere", "Deleted"),
     files.file_content: Operation("Download a file's bytes"),
     vector_stores.create_vector_store: Operation(
-        "Create a vector store", "VectorStore", "VectorStoreCreate", returns={"store_id": "/id"}
+        "Create a vector store",
+        "VectorStore",
+        "VectorStoreCreate",
+        returns={"vector_store_id": "/id"},
     ),
     vector_stores.list_vector_stores: Operation(
         "List vector stores", "VectorStoreList", query=_paging()
@@ -185,7 +188,7 @@ OPERATIONS: dict[Endpoint, Operation] = {
         "VectorStoreFile",
         "VectorStoreFileCreate",
         also_form="VectorStoreFileUpload",
-        returns={"store_id": "/vector_store_id", "file_id": "/id"},
+        returns={"vector_store_id": "/vector_store_id", "file_id": "/id"},
     ),
     vector_store_files.list_files: Operation(
         "List a vector store's (or a file batch's) files",
@@ -206,7 +209,7 @@ OPERATIONS: dict[Endpoint, Operation] = {
         f"Attach up to {v.MAX_BATCH_FILES} files",
         "FileBatch",
         "FileBatchCreate",
-        returns={"store_id": "/vector_store_id", "batch_id": "/id"},
+        returns={"vector_store_id": "/vector_store_id", "batch_id": "/id"},
     ),
     file_batches.get_batch: Operation("Retrieve a file batch", "FileBatch"),
     file_batches.cancel_batch: Operation("Cancel a file batch", "FileBatch"),

@@ -492,7 +492,7 @@ SCHEMAS: dict[str, Schema] = {
     "ApiKeyRequest": obj(
         ["name", "scope"],
         name={"type": "string", "maxLength": 64},
-        scope={"enum": ["read", "write", "admin"]},
+        scope={"enum": list(v.SCOPES)},
         vector_stores={"type": "array", "items": STRING},
         requests_per_minute=COUNT,
         tokens_per_day=COUNT,

@@ -29,7 +29,7 @@ EMBEDDER_DOWN = (errors.Unavailable, errors.Timeout)
 
 @dataclass(frozen=True)
 class Search:
-    store_id: str
+    vector_store_id: str
     queries: Sequence[str]
     k: int
     mode: str
@@ -135,7 +135,7 @@ async def _embedder_of(
     if request.mode == LEXICAL:
         return None
     try:
-        return (await embedders.for_store(store, request.store_id, refresh))[0]
+        return (await embedders.for_store(store, request.vector_store_id, refresh))[0]
     except EMBEDDER_DOWN as error:
         log.warning("embedder unavailable (%s): searching lexically", error)
         return None
@@ -218,7 +218,7 @@ def _message(
     request: Search, mode: str, index: int, vectors: QueryVectors | None
 ) -> store_pb2.SearchRequest:
     message = store_pb2.SearchRequest(
-        collection_id=request.store_id,
+        vector_store_id=request.vector_store_id,
         k=request.k,
         score_threshold=request.score_threshold,
         mode=mode,

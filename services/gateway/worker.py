@@ -37,7 +37,7 @@ _OUTCOMES = {
 }
 
 # Told about every file whose job this process completed or failed (its new row).
-Listener = Callable[[store_pb2.CollectionFile], None]
+Listener = Callable[[store_pb2.VectorStoreFile], None]
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class IngestWorkers:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
-    def _notify(self, item: store_pb2.CollectionFile) -> None:
+    def _notify(self, item: store_pb2.VectorStoreFile) -> None:
         for listener in list(self._listeners):
             try:
                 listener(item)
@@ -163,7 +163,7 @@ class IngestWorkers:
             log.info(
                 "indexed %s into %s (%d chunks%s)",
                 job.file_id,
-                job.collection_id,
+                job.vector_store_id,
                 len(request.chunks),
                 ", text only: vectors pending" if request.lexical else "",
             )
@@ -210,7 +210,7 @@ class IngestWorkers:
             if self._audit is not None:
                 self._audit.record(
                     "ingest",
-                    job.collection_id,
+                    job.vector_store_id,
                     latency_ms=(time.monotonic() - started) * 1000,
                     result_count=chunks,
                     detail=f"{job.file_id} {outcome} (attempt {job.attempt})",

@@ -1,1 +1,1 @@
-"""The store: sole owner of the SQLite database (collections, chunks and their vectors)."""
+"""The store: sole owner of the SQLite database (vector_stores, chunks and their vectors)."""

@@ -20,12 +20,12 @@ import apsw
 
 from services.store import projects
 from services.store.errors import (
-    CollectionNotFound,
     ConversationNotFound,
     FileNotFound,
     ProjectNotFound,
     ResponseNotFound,
     StoreError,
+    VectorStoreNotFound,
 )
 from services.store.records import Access
 
@@ -73,8 +73,8 @@ def files_visible(conn: apsw.Connection, access: Access, alias: str) -> Clause:
     conditions, params = _in_project(conn, access, alias)
     if access.vector_stores:
         conditions.append(
-            f"({alias}.created_by = ? OR EXISTS (SELECT 1 FROM collection_files AS acf"
-            " JOIN collections AS ac ON ac.id = acf.collection_id"
+            f"({alias}.created_by = ? OR EXISTS (SELECT 1 FROM vector_store_files AS acf"
+            " JOIN vector_stores AS ac ON ac.id = acf.vector_store_id"
             f" WHERE acf.file_id = {alias}.id"
             " AND ac.public_id IN (SELECT value FROM json_each(?))))"
         )
@@ -97,9 +97,9 @@ _Visible = Callable[[apsw.Connection, Access, str], Clause]
 # kind -> (the object by its public id as `t`, who may see it, the error an unknown id gets)
 _KINDS: dict[str, tuple[str, _Visible, Callable[[str], StoreError]]] = {
     VECTOR_STORE: (
-        "collections AS t WHERE t.public_id = ? AND t.shadow_of IS NULL",
+        "vector_stores AS t WHERE t.public_id = ? AND t.shadow_of IS NULL",
         vector_stores_visible,
-        CollectionNotFound,
+        VectorStoreNotFound,
     ),
     FILE: ("files AS t WHERE t.id = ?", files_visible, FileNotFound),
     CONVERSATION: (

@@ -1,4 +1,4 @@
-"""Files in collections: attach (with its ingest job), look up, list, update, detach."""
+"""Files in vector stores: attach (with its ingest job), look up, list, update, detach."""
 
 from __future__ import annotations
 
@@ -15,26 +15,26 @@ from services.common.vocabulary import (
     MAX_CHUNK_TOKENS,
     MIN_CHUNK_TOKENS,
 )
-from services.store import catalog, files, ingest
+from services.store import files, ingest, vector_stores
 from services.store.compat import check_indexing
 from services.store.db import atomic
 from services.store.errors import (
     BatchNotFound,
-    CollectionFileNotFound,
     FileNotFound,
     InvalidArgument,
+    VectorStoreFileNotFound,
 )
 from services.store.paging import fetch_page, unknown_cursor
 from services.store.records import (
     AttributeValue,
     Chunking,
-    CollectionFile,
     EmbeddingModel,
     File,
     LastError,
     NewFile,
     Page,
     StoredChunk,
+    VectorStoreFile,
     chunk_public_id,
 )
 
@@ -46,18 +46,18 @@ _SELECT = """
 SELECT cf.file_id, cf.status, cf.created_at, f.filename, cf.attributes, cf.chunking_json,
        cf.chunk_count, cf.usage_bytes, cf.last_error_code, cf.last_error_message,
        coalesce(cf.batch_id, ''), cf.vectors_pending
-FROM collection_files AS cf JOIN files AS f ON f.id = cf.file_id
+FROM vector_store_files AS cf JOIN files AS f ON f.id = cf.file_id
 """
 
 
 def _to_record(
-    row: tuple[Any, ...], collection_id: str, *, deduplicated: bool = False
-) -> CollectionFile:
+    row: tuple[Any, ...], vector_store_id: str, *, deduplicated: bool = False
+) -> VectorStoreFile:
     (file_id, status, created_at, filename, attributes, chunking, chunk_count, usage,
      error_code, error_message, batch_id, pending) = row  # fmt: skip
-    return CollectionFile(
+    return VectorStoreFile(
         file_id=file_id,
-        collection_id=collection_id,
+        vector_store_id=vector_store_id,
         status=status,
         created_at=created_at,
         filename=filename,
@@ -73,15 +73,20 @@ def _to_record(
 
 
 def fetch(
-    conn: apsw.Connection, key: int, collection_id: str, file_id: str, *, deduplicated: bool = False
-) -> CollectionFile:
-    """The file's row in the collection (inside a transaction); raises CollectionFileNotFound."""
+    conn: apsw.Connection,
+    key: int,
+    vector_store_id: str,
+    file_id: str,
+    *,
+    deduplicated: bool = False,
+) -> VectorStoreFile:
+    """The file's row in the vector store (inside a transaction); raises VectorStoreFileNotFound."""
     row = conn.execute(
-        f"{_SELECT} WHERE cf.collection_id = ? AND cf.file_id = ?", (key, file_id)
+        f"{_SELECT} WHERE cf.vector_store_id = ? AND cf.file_id = ?", (key, file_id)
     ).fetchone()
     if row is None:
-        raise CollectionFileNotFound(collection_id, file_id)
-    return _to_record(row, collection_id, deduplicated=deduplicated)
+        raise VectorStoreFileNotFound(vector_store_id, file_id)
+    return _to_record(row, vector_store_id, deduplicated=deduplicated)
 
 
 def encode_chunking(chunking: Chunking | None) -> str:
@@ -113,7 +118,7 @@ def decode_chunking(raw: str) -> Chunking | None:
 def attach_in_transaction(
     conn: apsw.Connection,
     key: int,
-    collection_id: str,
+    vector_store_id: str,
     file_id: str,
     *,
     attributes_json: str,
@@ -122,12 +127,12 @@ def attach_in_transaction(
     now: int,
     mirror: bool = True,
     key_name: str = "",
-) -> tuple[CollectionFile, bool]:
+) -> tuple[VectorStoreFile, bool]:
     """Attaches a file with a pending job; returns the row and whether it was (re)attached.
 
     The same file, or another with identical content, already indexed or being indexed in the
-    collection is returned as it is, marked deduplicated, with nothing written. A failed or
-    cancelled file is attached again (new settings, new job). A collection being re-indexed
+    vector store is returned as it is, marked deduplicated, with nothing written. A failed or
+    cancelled file is attached again (new settings, new job). A vector store being re-indexed
     gets the file attached to its new index too (unless `mirror` is off: that attach).
     `key_name`: the API key the job is queued for (its tokens count as that key's).
     """
@@ -136,51 +141,51 @@ def attach_in_transaction(
         raise FileNotFound(file_id)
     sha256: str = file_row[0]
     existing = conn.execute(
-        "SELECT status FROM collection_files WHERE collection_id = ? AND file_id = ?",
+        "SELECT status FROM vector_store_files WHERE vector_store_id = ? AND file_id = ?",
         (key, file_id),
     ).fetchone()
     if existing is not None and existing[0] in LIVE_STATUSES:
-        return fetch(conn, key, collection_id, file_id, deduplicated=True), False
+        return fetch(conn, key, vector_store_id, file_id, deduplicated=True), False
     if sha256:
         twin = conn.execute(
-            "SELECT file_id FROM collection_files WHERE collection_id = ? AND sha256 = ?"
+            "SELECT file_id FROM vector_store_files WHERE vector_store_id = ? AND sha256 = ?"
             " AND file_id <> ? AND status IN ('in_progress', 'completed')"
             " ORDER BY created_at, rowid LIMIT 1",
             (key, sha256, file_id),
         ).fetchone()
         if twin is not None:
-            return fetch(conn, key, collection_id, twin[0], deduplicated=True), False
+            return fetch(conn, key, vector_store_id, twin[0], deduplicated=True), False
     if existing is None:
         conn.execute(
-            "INSERT INTO collection_files (collection_id, file_id, status, attributes,"
+            "INSERT INTO vector_store_files (vector_store_id, file_id, status, attributes,"
             " created_at, chunking_json, batch_id, sha256)"
             " VALUES (?, ?, 'in_progress', ?, ?, ?, ?, ?)",
             (key, file_id, attributes_json, now, chunking_json, batch_id, sha256),
         )
         file_delta = 1
     else:
-        # Failed and cancelled files hold no chunks, so the collection's totals are unchanged.
+        # Failed and cancelled files hold no chunks, so the vector_store's totals are unchanged.
         conn.execute(
-            "UPDATE collection_files SET status = 'in_progress', attributes = ?, created_at = ?,"
+            "UPDATE vector_store_files SET status = 'in_progress', attributes = ?, created_at = ?,"
             " chunking_json = ?, batch_id = ?, last_error_code = '', last_error_message = '',"
-            " chunk_count = 0, usage_bytes = 0 WHERE collection_id = ? AND file_id = ?",
+            " chunk_count = 0, usage_bytes = 0 WHERE vector_store_id = ? AND file_id = ?",
             (attributes_json, now, chunking_json, batch_id, key, file_id),
         )
-        conn.execute("DELETE FROM jobs WHERE collection_id = ? AND file_id = ?", (key, file_id))
+        conn.execute("DELETE FROM jobs WHERE vector_store_id = ? AND file_id = ?", (key, file_id))
         file_delta = 0
     conn.execute(
-        "INSERT INTO jobs (collection_id, file_id, state, next_attempt_at, created_at, key_name)"
+        "INSERT INTO jobs (vector_store_id, file_id, state, next_attempt_at, created_at, key_name)"
         " VALUES (?, ?, 'pending', ?, ?, ?)",
         (key, file_id, now, now, key_name),
     )
     conn.execute(
-        "UPDATE collections SET file_count = file_count + ?,"
+        "UPDATE vector_stores SET file_count = file_count + ?,"
         " last_active_at = max(last_active_at, ?) WHERE id = ?",
         (file_delta, now, key),
     )
     if mirror:
         _mirror_attach(conn, key, file_id, attributes_json, chunking_json, batch_id, now, key_name)
-    return fetch(conn, key, collection_id, file_id), True
+    return fetch(conn, key, vector_store_id, file_id), True
 
 
 def _mirror_attach(
@@ -196,7 +201,7 @@ def _mirror_attach(
     # Imported here: re-indexing is built on this module's attach and remove.
     from services.store import reindex
 
-    active = reindex.shadow_of_collection(conn, key)
+    active = reindex.shadow_of_vector_store(conn, key)
     if active is not None:
         attach_in_transaction(
             conn,
@@ -215,7 +220,7 @@ def _mirror_attach(
 def attach(
     conn: apsw.Connection,
     *,
-    collection_id: str,
+    vector_store_id: str,
     file_id: str = "",
     upload: NewFile | None = None,
     attributes: Mapping[str, AttributeValue],
@@ -223,11 +228,11 @@ def attach(
     now: int,
     model: EmbeddingModel | None = None,
     key_name: str = "",
-) -> CollectionFile:
+) -> VectorStoreFile:
     """Attaches a stored file (`file_id`), or stores and attaches an `upload`, with an ingest
-    job, in one transaction. A `model` must be the collection's (check_indexing).
+    job, in one transaction. A `model` must be the vector_store's (check_indexing).
 
-    An upload whose content the collection already holds stores nothing: the file indexed or
+    An upload whose content the vector store already holds stores nothing: the file indexed or
     being indexed is returned, marked deduplicated; a failed or cancelled one with that
     content is attached again instead of storing a second copy.
     """
@@ -241,13 +246,13 @@ def attach(
     elif not file_id:
         raise InvalidArgument("file_id is required")
     with atomic(conn):
-        key, collection = catalog.lookup(conn, collection_id)
+        key, vector_store = vector_stores.lookup(conn, vector_store_id)
         if model is not None:
-            check_indexing(collection, model.name, model.dimensions)
+            check_indexing(vector_store, model.name, model.dimensions)
         if new is not None:
             twin = _by_content(conn, key, new.sha256)
             if twin is not None and twin[1] in LIVE_STATUSES:
-                return fetch(conn, key, collection_id, twin[0], deduplicated=True)
+                return fetch(conn, key, vector_store_id, twin[0], deduplicated=True)
             if twin is not None:
                 file_id = twin[0]
             else:
@@ -256,14 +261,14 @@ def attach(
                     conn,
                     new,
                     upload.content if upload else b"",
-                    project=catalog.project_of(conn, key),
+                    project=vector_stores.project_of(conn, key),
                     created_by=key_name,
                 )
                 file_id = new.id
         record, _ = attach_in_transaction(
             conn,
             key,
-            collection_id,
+            vector_store_id,
             file_id,
             attributes_json=attributes_json,
             chunking_json=chunking_json,
@@ -275,59 +280,59 @@ def attach(
 
 
 def _by_content(conn: apsw.Connection, key: int, sha256: str) -> tuple[str, str] | None:
-    """(file id, status) of the collection's file with this content: one in progress or
+    """(file id, status) of the vector_store's file with this content: one in progress or
     completed if any, else a failed or cancelled one."""
     row = conn.execute(
-        "SELECT file_id, status FROM collection_files WHERE collection_id = ? AND sha256 = ?"
+        "SELECT file_id, status FROM vector_store_files WHERE vector_store_id = ? AND sha256 = ?"
         " ORDER BY status NOT IN ('in_progress', 'completed'), created_at, rowid LIMIT 1",
         (key, sha256),
     ).fetchone()
     return None if row is None else (str(row[0]), str(row[1]))
 
 
-def get(conn: apsw.Connection, collection_id: str, file_id: str) -> CollectionFile:
+def get(conn: apsw.Connection, vector_store_id: str, file_id: str) -> VectorStoreFile:
     with atomic(conn, write=False):
-        key, _ = catalog.lookup(conn, collection_id)
-        return fetch(conn, key, collection_id, file_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id)
+        return fetch(conn, key, vector_store_id, file_id)
 
 
 def find_by_content(
-    conn: apsw.Connection, collection_id: str, sha256: str
-) -> CollectionFile | None:
-    """The file in the collection with this content: the one attaching would return (in
+    conn: apsw.Connection, vector_store_id: str, sha256: str
+) -> VectorStoreFile | None:
+    """The file in the vector store with this content: the one attaching would return (in
     progress or completed) if any, else a failed or cancelled one (to attach again)."""
     with atomic(conn, write=False):
-        key, _ = catalog.lookup(conn, collection_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id)
         found = _by_content(conn, key, sha256)
-        return None if found is None else fetch(conn, key, collection_id, found[0])
+        return None if found is None else fetch(conn, key, vector_store_id, found[0])
 
 
 def list_page(
     conn: apsw.Connection,
     *,
-    collection_id: str,
+    vector_store_id: str,
     limit: int,
     order: str,
     after: str | None,
     before: str | None,
     status: str | None,
     batch_id: str | None,
-) -> Page[CollectionFile]:
+) -> Page[VectorStoreFile]:
     if status and status not in STATUSES:
         raise InvalidArgument(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
     with atomic(conn, write=False):
-        key, _ = catalog.lookup(conn, collection_id)
-        conditions = ["cf.collection_id = ?"]
+        key, _ = vector_stores.lookup(conn, vector_store_id)
+        conditions = ["cf.vector_store_id = ?"]
         params: list[Any] = [key]
         if status:
             conditions.append("cf.status = ?")
             params.append(status)
         if batch_id:
             found = conn.execute(
-                "SELECT 1 FROM file_batches WHERE id = ? AND collection_id = ?", (batch_id, key)
+                "SELECT 1 FROM file_batches WHERE id = ? AND vector_store_id = ?", (batch_id, key)
             ).fetchone()
             if found is None:
-                raise BatchNotFound(collection_id, batch_id)
+                raise BatchNotFound(vector_store_id, batch_id)
             conditions.append("cf.batch_id = ?")
             params.append(batch_id)
         rows, has_more = fetch_page(
@@ -341,7 +346,7 @@ def list_page(
             after=_cursor(conn, key, after, "after"),
             before=_cursor(conn, key, before, "before"),
         )
-    return Page(items=[_to_record(row, collection_id) for row in rows], has_more=has_more)
+    return Page(items=[_to_record(row, vector_store_id) for row in rows], has_more=has_more)
 
 
 def _cursor(
@@ -350,7 +355,8 @@ def _cursor(
     if not file_id:
         return None
     row = conn.execute(
-        "SELECT created_at, rowid FROM collection_files WHERE collection_id = ? AND file_id = ?",
+        "SELECT created_at, rowid FROM vector_store_files"
+        " WHERE vector_store_id = ? AND file_id = ?",
         (key, file_id),
     ).fetchone()
     if row is None:
@@ -361,71 +367,72 @@ def _cursor(
 def update_attributes(
     conn: apsw.Connection,
     *,
-    collection_id: str,
+    vector_store_id: str,
     file_id: str,
     attributes: Mapping[str, AttributeValue],
-) -> CollectionFile:
+) -> VectorStoreFile:
     """Replaces the attributes; the chunks stay, since filters read attributes at search time."""
     attributes_json = ingest.attributes_json(attributes)
     with atomic(conn):
-        key, _ = catalog.lookup(conn, collection_id)
-        fetch(conn, key, collection_id, file_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id)
+        fetch(conn, key, vector_store_id, file_id)
         conn.execute(
-            "UPDATE collection_files SET attributes = ? WHERE collection_id = ? AND file_id = ?",
+            "UPDATE vector_store_files SET attributes = ?"
+            " WHERE vector_store_id = ? AND file_id = ?",
             (attributes_json, key, file_id),
         )
         from services.store import reindex  # see _mirror_attach
 
         reindex.mirror_attributes(conn, key, file_id, attributes_json)
-        return fetch(conn, key, collection_id, file_id)
+        return fetch(conn, key, vector_store_id, file_id)
 
 
 def remove(conn: apsw.Connection, key: int, file_id: str, now: int) -> None:
-    """Removes a file's row, chunks, vectors and jobs from a collection (inside a transaction),
-    and from the collection's re-index in progress; may end that re-index (reindex.settle)."""
+    """Removes a file's row, chunks, vectors and jobs from a vector store (inside a transaction),
+    and from the vector_store's re-index in progress; may end that re-index (reindex.settle)."""
     from services.store import reindex  # see _mirror_attach
 
     reindex.mirror_remove(conn, key, file_id, now)
     row = conn.execute(
-        "SELECT chunk_count, usage_bytes FROM collection_files"
-        " WHERE collection_id = ? AND file_id = ?",
+        "SELECT chunk_count, usage_bytes FROM vector_store_files"
+        " WHERE vector_store_id = ? AND file_id = ?",
         (key, file_id),
     ).fetchone()
     if row is None:
         return
     chunk_count, usage = row
     ingest.delete_chunks(conn, key, file_id)
-    conn.execute("DELETE FROM jobs WHERE collection_id = ? AND file_id = ?", (key, file_id))
+    conn.execute("DELETE FROM jobs WHERE vector_store_id = ? AND file_id = ?", (key, file_id))
     conn.execute(
-        "DELETE FROM collection_files WHERE collection_id = ? AND file_id = ?", (key, file_id)
+        "DELETE FROM vector_store_files WHERE vector_store_id = ? AND file_id = ?", (key, file_id)
     )
     conn.execute(
-        "UPDATE collections SET file_count = file_count - 1, chunk_count = chunk_count - ?,"
+        "UPDATE vector_stores SET file_count = file_count - 1, chunk_count = chunk_count - ?,"
         " usage_bytes = usage_bytes - ? WHERE id = ?",
         (chunk_count, usage, key),
     )
     reindex.settle(conn, key, now)
 
 
-def detach(conn: apsw.Connection, *, collection_id: str, file_id: str, now: int) -> None:
+def detach(conn: apsw.Connection, *, vector_store_id: str, file_id: str, now: int) -> None:
     with atomic(conn):
-        key, _ = catalog.lookup(conn, collection_id)
-        fetch(conn, key, collection_id, file_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id)
+        fetch(conn, key, vector_store_id, file_id)
         remove(conn, key, file_id, now)
 
 
 def chunks(
-    conn: apsw.Connection, *, collection_id: str, file_id: str
-) -> tuple[CollectionFile, list[StoredChunk]]:
+    conn: apsw.Connection, *, vector_store_id: str, file_id: str
+) -> tuple[VectorStoreFile, list[StoredChunk]]:
     """The file's row and its stored chunks in order (none until it is completed)."""
     with atomic(conn, write=False):
-        key, _ = catalog.lookup(conn, collection_id)
-        record = fetch(conn, key, collection_id, file_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id)
+        record = fetch(conn, key, vector_store_id, file_id)
         rows = cast(
             list[tuple[int, int, str, int]],
             conn.execute(
                 "SELECT id, chunk_index, text, token_count FROM chunks"
-                " WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
+                " WHERE vector_store_id = ? AND file_id = ? ORDER BY chunk_index",
                 (key, file_id),
             ).fetchall(),
         )

@@ -26,7 +26,7 @@ DEFAULT_RETENTION_DAYS = 30
 PRUNE_INTERVAL_SECONDS = 300
 PRUNE_BATCH = 10_000
 _DAY_SECONDS = 86400
-# id, at, operation, collection_id, k, latency_ms, result_count, degraded, detail, key_name,
+# id, at, operation, vector_store_id, k, latency_ms, result_count, degraded, detail, key_name,
 # embedded_tokens, error_code, project
 _Row = tuple[int, float, str, str, int, float, int, int, str, str, int, str, str]
 
@@ -62,14 +62,14 @@ def insert(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> None:
     """Writes checked entries inside the caller's transaction (the retention sweep records
     what it deletes in the same one)."""
     conn.executemany(
-        "INSERT INTO audit_log (at, operation, collection_id, k, latency_ms, result_count,"
+        "INSERT INTO audit_log (at, operation, vector_store_id, k, latency_ms, result_count,"
         " degraded, detail, key_name, embedded_tokens, error_code, project)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 entry.at,
                 entry.operation,
-                entry.collection_id,
+                entry.vector_store_id,
                 entry.k,
                 entry.latency_ms,
                 entry.result_count,
@@ -105,7 +105,7 @@ def list_page(
     *,
     limit: int,
     operation: str | None,
-    collection_id: str | None,
+    vector_store_id: str | None,
     before_id: int | None,
     key_name: str | None = None,
 ) -> Page[AuditEntry]:
@@ -121,9 +121,9 @@ def list_page(
     if operation:
         conditions.append("operation = ?")
         params.append(operation)
-    if collection_id:
-        conditions.append("collection_id = ?")
-        params.append(collection_id)
+    if vector_store_id:
+        conditions.append("vector_store_id = ?")
+        params.append(vector_store_id)
     if key_name:
         conditions.append("key_name = ?")
         params.append(key_name)
@@ -135,7 +135,7 @@ def list_page(
         rows = cast(
             list[_Row],
             conn.execute(
-                "SELECT id, at, operation, collection_id, k, latency_ms, result_count, degraded,"
+                "SELECT id, at, operation, vector_store_id, k, latency_ms, result_count, degraded,"
                 " detail, key_name, embedded_tokens, error_code, project"
                 f" FROM audit_log {where} ORDER BY id DESC LIMIT ?",
                 (*params, limit + 1),
@@ -146,7 +146,7 @@ def list_page(
             id=row[0],
             at=row[1],
             operation=row[2],
-            collection_id=row[3],
+            vector_store_id=row[3],
             k=row[4],
             latency_ms=row[5],
             result_count=row[6],

@@ -1,4 +1,4 @@
-"""File batches: many files attached to a collection at once, cancellable as a whole."""
+"""File batches: many files attached to a vector store at once, cancellable as a whole."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import cast
 import apsw
 
 from services.common.vocabulary import MAX_BATCH_FILES
-from services.store import attachments, catalog, ingest, reindex
+from services.store import attachments, ingest, reindex, vector_stores
 from services.store.compat import check_indexing
 from services.store.db import atomic
 from services.store.errors import BatchNotFound, FileNotFound, InvalidArgument
@@ -18,18 +18,18 @@ from services.store.records import BatchFileInput, EmbeddingModel, FileBatch, Fi
 ID_PREFIX = "vsfb_"
 
 
-def _load(conn: apsw.Connection, key: int, collection_id: str, batch_id: str) -> FileBatch:
+def _load(conn: apsw.Connection, key: int, vector_store_id: str, batch_id: str) -> FileBatch:
     row = conn.execute(
-        "SELECT created_at, cancelled_at FROM file_batches WHERE id = ? AND collection_id = ?",
+        "SELECT created_at, cancelled_at FROM file_batches WHERE id = ? AND vector_store_id = ?",
         (batch_id, key),
     ).fetchone()
     if row is None:
-        raise BatchNotFound(collection_id, batch_id)
+        raise BatchNotFound(vector_store_id, batch_id)
     created_at, cancelled_at = row
     by_status = {
         cast(str, status): cast(int, count)
         for status, count in conn.execute(
-            "SELECT status, count(*) FROM collection_files WHERE batch_id = ? GROUP BY status",
+            "SELECT status, count(*) FROM vector_store_files WHERE batch_id = ? GROUP BY status",
             (batch_id,),
         )
     }
@@ -42,7 +42,7 @@ def _load(conn: apsw.Connection, key: int, collection_id: str, batch_id: str) ->
         status = "completed"
     return FileBatch(
         id=batch_id,
-        collection_id=collection_id,
+        vector_store_id=vector_store_id,
         created_at=created_at,
         status=status,
         file_counts=counts,
@@ -52,7 +52,7 @@ def _load(conn: apsw.Connection, key: int, collection_id: str, batch_id: str) ->
 def create(
     conn: apsw.Connection,
     *,
-    collection_id: str,
+    vector_store_id: str,
     files: Sequence[BatchFileInput],
     now: int,
     model: EmbeddingModel | None = None,
@@ -61,7 +61,7 @@ def create(
     """Attaches every file (same deduplication as a single attach) in one transaction.
 
     Newly attached and re-attached files record the batch; deduplicated ones keep their row.
-    A `model` must be the collection's (check_indexing).
+    A `model` must be the vector_store's (check_indexing).
     """
     if not 1 <= len(files) <= MAX_BATCH_FILES:
         raise InvalidArgument(f"a file batch holds 1..{MAX_BATCH_FILES} files, got {len(files)}")
@@ -78,22 +78,22 @@ def create(
         )
     batch_id = ID_PREFIX + secrets.token_hex(12)
     with atomic(conn):
-        key, collection = catalog.lookup(conn, collection_id)
+        key, vector_store = vector_stores.lookup(conn, vector_store_id)
         if model is not None:
-            check_indexing(collection, model.name, model.dimensions)
+            check_indexing(vector_store, model.name, model.dimensions)
         for item in files:
             found = conn.execute("SELECT 1 FROM files WHERE id = ?", (item.file_id,)).fetchone()
             if found is None:
                 raise FileNotFound(item.file_id)
         conn.execute(
-            "INSERT INTO file_batches (id, collection_id, created_at) VALUES (?, ?, ?)",
+            "INSERT INTO file_batches (id, vector_store_id, created_at) VALUES (?, ?, ?)",
             (batch_id, key, now),
         )
         for item, attributes_json, chunking_json in prepared:
             attachments.attach_in_transaction(
                 conn,
                 key,
-                collection_id,
+                vector_store_id,
                 item.file_id,
                 attributes_json=attributes_json,
                 chunking_json=chunking_json,
@@ -101,16 +101,16 @@ def create(
                 now=now,
                 key_name=key_name,
             )
-        return _load(conn, key, collection_id, batch_id)
+        return _load(conn, key, vector_store_id, batch_id)
 
 
-def get(conn: apsw.Connection, *, collection_id: str, batch_id: str) -> FileBatch:
+def get(conn: apsw.Connection, *, vector_store_id: str, batch_id: str) -> FileBatch:
     with atomic(conn, write=False):
-        key, _ = catalog.lookup(conn, collection_id)
-        return _load(conn, key, collection_id, batch_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id)
+        return _load(conn, key, vector_store_id, batch_id)
 
 
-def cancel(conn: apsw.Connection, *, collection_id: str, batch_id: str, now: int) -> FileBatch:
+def cancel(conn: apsw.Connection, *, vector_store_id: str, batch_id: str, now: int) -> FileBatch:
     """Cancels the batch's files still in progress and drops their jobs.
 
     A worker holding one of those jobs finds it gone when it renews, completes or fails it, so
@@ -118,27 +118,27 @@ def cancel(conn: apsw.Connection, *, collection_id: str, batch_id: str, now: int
     returned unchanged: there is nothing to cancel.
     """
     with atomic(conn):
-        key, _ = catalog.lookup(conn, collection_id)
-        batch = _load(conn, key, collection_id, batch_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id)
+        batch = _load(conn, key, vector_store_id, batch_id)
         if batch.status != "in_progress":
             return batch
         # The batch's files in progress, here and in the new index of a re-index under way.
-        active = reindex.shadow_of_collection(conn, key)
+        active = reindex.shadow_of_vector_store(conn, key)
         keys = (key, active.shadow if active else key)
         cancelled = (
-            "SELECT file_id FROM collection_files WHERE collection_id = ? AND batch_id = ?"
+            "SELECT file_id FROM vector_store_files WHERE vector_store_id = ? AND batch_id = ?"
             " AND status = 'in_progress'"
         )
         conn.execute(
-            f"DELETE FROM jobs WHERE collection_id IN (?, ?) AND file_id IN ({cancelled})",
+            f"DELETE FROM jobs WHERE vector_store_id IN (?, ?) AND file_id IN ({cancelled})",
             (*keys, key, batch_id),
         )
         conn.execute(
-            "UPDATE collection_files SET status = 'cancelled' WHERE collection_id IN (?, ?)"
+            "UPDATE vector_store_files SET status = 'cancelled' WHERE vector_store_id IN (?, ?)"
             f" AND status = 'in_progress' AND file_id IN ({cancelled})",
             (*keys, key, batch_id),
         )
         conn.execute("UPDATE file_batches SET cancelled_at = ? WHERE id = ?", (now, batch_id))
         if active is not None:
             reindex.settle(conn, active.shadow, now)
-        return _load(conn, key, collection_id, batch_id)
+        return _load(conn, key, vector_store_id, batch_id)

@@ -15,10 +15,10 @@ from typing import cast
 
 import apsw
 
-from services.store.catalog import MAX_DIMENSIONS
 from services.store.db import atomic, try_write
 from services.store.errors import InvalidArgument
 from services.store.records import CacheCounters, CacheSize
+from services.store.vector_stores import MAX_DIMENSIONS
 
 DEFAULT_MAX_ENTRIES = 100_000
 # Hashes per call: callers split larger lookups (a reply stays far below gRPC's message cap).

@@ -1,4 +1,4 @@
-"""The one model rule: vectors join or query a collection only if they come from the model it
+"""The one model rule: vectors join or query a vector store only if they come from the model it
 was indexed with, at its dimension; and only vectors usable for cosine distance."""
 
 from __future__ import annotations
@@ -9,30 +9,30 @@ import numpy as np
 
 from services.common.vectors import FloatMatrix
 from services.store.errors import DimensionMismatch, InvalidArgument, ModelMismatch
-from services.store.records import Collection, EmbeddingModel
+from services.store.records import EmbeddingModel, VectorStore
 
 
-def _check(collection: Collection, model: str, dimensions: int, remedy: str) -> None:
-    if (not model or model == collection.model) and dimensions == collection.dimensions:
+def _check(vector_store: VectorStore, model: str, dimensions: int, remedy: str) -> None:
+    if (not model or model == vector_store.model) and dimensions == vector_store.dimensions:
         return
     given = f"{model} ({dimensions} dims)" if model else f"{dimensions}-dim vectors"
     message = (
-        f"vector store {collection.id!r} was indexed with {collection.model} "
-        f"({collection.dimensions} dims), not {given}; {remedy}"
+        f"vector store {vector_store.id!r} was indexed with {vector_store.model} "
+        f"({vector_store.dimensions} dims), not {given}; {remedy}"
     )
-    if model and model != collection.model:
+    if model and model != vector_store.model:
         raise ModelMismatch(message)
     raise DimensionMismatch(message)
 
 
-def check_indexing(collection: Collection, model: str, dimensions: int) -> None:
-    """Files embedded with `model` at `dimensions` may join the collection (at attach, at
+def check_indexing(vector_store: VectorStore, model: str, dimensions: int) -> None:
+    """Files embedded with `model` at `dimensions` may join the vector store (at attach, at
     claim and when their vectors are written); raises ModelMismatch or DimensionMismatch."""
     _check(
-        collection,
+        vector_store,
         model,
         dimensions,
-        f"index it from a ragd whose embedder serves {collection.model}, or attach the files "
+        f"index it from a ragd whose embedder serves {vector_store.model}, or attach the files "
         f"to a vector store created with {model or 'that model'}",
     )
 
@@ -42,27 +42,27 @@ def serves(models: Sequence[EmbeddingModel], model: str, dimensions: int) -> boo
     return any((m.name, m.dimensions) == (model, dimensions) for m in models)
 
 
-def check_served(collection: Collection, models: Sequence[EmbeddingModel]) -> None:
-    """One of `models` (those a worker embeds with) can index the collection's files."""
-    if serves(models, collection.model, collection.dimensions):
+def check_served(vector_store: VectorStore, models: Sequence[EmbeddingModel]) -> None:
+    """One of `models` (those a worker embeds with) can index the vector_store's files."""
+    if serves(models, vector_store.model, vector_store.dimensions):
         return
     if len(models) == 1:
-        check_indexing(collection, models[0].name, models[0].dimensions)
+        check_indexing(vector_store, models[0].name, models[0].dimensions)
     served = ", ".join(f"{m.name} ({m.dimensions} dims)" for m in models)
     raise ModelMismatch(
-        f"vector store {collection.id!r} was indexed with {collection.model} "
-        f"({collection.dimensions} dims), which no embedder here serves ({served}); index it "
-        f"from a ragd whose embedder serves {collection.model}"
+        f"vector store {vector_store.id!r} was indexed with {vector_store.model} "
+        f"({vector_store.dimensions} dims), which no embedder here serves ({served}); index it "
+        f"from a ragd whose embedder serves {vector_store.model}"
     )
 
 
-def check_query(collection: Collection, model: str, dimensions: int) -> None:
+def check_query(vector_store: VectorStore, model: str, dimensions: int) -> None:
     """A query vector from `model` (empty: not checked) at `dimensions` can search it."""
     _check(
-        collection,
+        vector_store,
         model,
         dimensions,
-        f"search it from a ragd whose embedder serves {collection.model}, or create a vector "
+        f"search it from a ragd whose embedder serves {vector_store.model}, or create a vector "
         f"store with {model or 'that model'} and attach the files to it",
     )
 

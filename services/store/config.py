@@ -34,7 +34,7 @@ class StoreConfig:
     cache_max_entries: int = 100_000
     # Audit log entries older than this are pruned; 0 keeps them forever.
     audit_retention_days: int = 30
-    # Coarse (binary-quantized) index for collections of at least coarse_min_rows vectors;
+    # Coarse (binary-quantized) index for vector stores of at least coarse_min_rows vectors;
     # off keeps every search an exhaustive scan.
     coarse_index: bool = True
     coarse_min_rows: int = 16_384

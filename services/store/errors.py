@@ -11,10 +11,10 @@ class InvalidArgument(StoreError):
     """A request value is malformed or out of range."""
 
 
-class CollectionNotFound(StoreError):
-    def __init__(self, collection_id: str) -> None:
-        super().__init__(f"no vector store with id {collection_id!r}")
-        self.collection_id = collection_id
+class VectorStoreNotFound(StoreError):
+    def __init__(self, vector_store_id: str) -> None:
+        super().__init__(f"no vector store with id {vector_store_id!r}")
+        self.vector_store_id = vector_store_id
 
 
 class FileNotFound(StoreError):
@@ -23,18 +23,18 @@ class FileNotFound(StoreError):
         self.file_id = file_id
 
 
-class CollectionFileNotFound(StoreError):
-    def __init__(self, collection_id: str, file_id: str) -> None:
+class VectorStoreFileNotFound(StoreError):
+    def __init__(self, vector_store_id: str, file_id: str) -> None:
         super().__init__(
-            f"file {file_id!r} is not in vector store {collection_id!r}; attach it first"
+            f"file {file_id!r} is not in vector store {vector_store_id!r}; attach it first"
         )
-        self.collection_id = collection_id
+        self.vector_store_id = vector_store_id
         self.file_id = file_id
 
 
 class BatchNotFound(StoreError):
-    def __init__(self, collection_id: str, batch_id: str) -> None:
-        super().__init__(f"no file batch with id {batch_id!r} in vector store {collection_id!r}")
+    def __init__(self, vector_store_id: str, batch_id: str) -> None:
+        super().__init__(f"no file batch with id {batch_id!r} in vector store {vector_store_id!r}")
         self.batch_id = batch_id
 
 
@@ -52,11 +52,11 @@ class LeaseLost(StoreError):
 
 
 class DimensionMismatch(StoreError):
-    """Vectors whose dimension differs from the collection's."""
+    """Vectors whose dimension differs from the vector_store's."""
 
 
 class ModelMismatch(StoreError):
-    """Vectors produced by another embedding model than the collection was indexed with."""
+    """Vectors produced by another embedding model than the vector store was indexed with."""
 
 
 class BackupExists(StoreError):
@@ -128,11 +128,11 @@ class ResponseExists(StoreError):
 
 
 class ReindexRunning(StoreError):
-    """A collection has at most one re-index in progress."""
+    """A vector store has at most one re-index in progress."""
 
 
 class NoReindex(StoreError):
-    """Cancel asked for a collection with no re-index in progress."""
+    """Cancel asked for a vector store with no re-index in progress."""
 
 
 class ProjectNotFound(StoreError):

@@ -1,4 +1,4 @@
-"""Uploaded files: their bytes, kept until deleted, independent of any collection."""
+"""Uploaded files: their bytes, kept until deleted, independent of any vector store."""
 
 from __future__ import annotations
 
@@ -137,14 +137,14 @@ def list_page(
 
 
 def delete(conn: apsw.Connection, file_id: str, now: int) -> None:
-    """Removes the file from every collection (chunks, vectors, jobs), then the file itself."""
+    """Removes the file from every vector store (chunks, vectors, jobs), then the file itself."""
     with atomic(conn):
         lookup(conn, file_id)
         keys = conn.execute(
-            "SELECT collection_id FROM collection_files WHERE file_id = ?", (file_id,)
+            "SELECT vector_store_id FROM vector_store_files WHERE file_id = ?", (file_id,)
         ).fetchall()
         for (key,) in keys:
-            # A shadow's row may already be gone with its collection's (reindex.py).
+            # A shadow's row may already be gone with its vector_store's (reindex.py).
             attachments.remove(conn, cast(int, key), file_id, now)
         conn.execute("DELETE FROM file_contents WHERE file_id = ?", (file_id,))
         conn.execute("DELETE FROM files WHERE id = ?", (file_id,))

@@ -1,7 +1,7 @@
-"""A collection's full-text index: one Tantivy index per collection, in a folder beside the
+"""A vector_store's full-text index: one Tantivy index per vector store, in a folder beside the
 database (`<database>-fulltext/<key>`), derived from the chunks and rebuilt from them.
 
-Why Tantivy, not FTS5 (one contentless table per collection until migration 14): FTS5 ranks
+Why Tantivy, not FTS5 (one contentless table per vector store until migration 14): FTS5 ranks
 every chunk that holds any query word before it keeps the best k, so a search costs what the
 whole posting lists cost. On 100k chunks of ~180 words (man pages) its bm25 top 50 took
 361 ms at p50, where Tantivy's block-max WAND, which skips blocks of postings that cannot
@@ -12,7 +12,7 @@ touched in `fulltext_queue`, in its own transaction (`add`, `remove`, `drop`); `
 applies queued rows to the index (the chunk's entry is deleted, and added again from the
 database if the chunk is there), commits the index, and only then deletes the rows. Applying
 a row is idempotent, so a crash at any moment leaves at worst rows to apply again. A search
-first applies what its collection has queued, so it sees every write committed before it.
+first applies what its vector store has queued, so it sees every write committed before it.
 
 An index whose folder is missing or does not carry the generation the database recorded for
 it (`fulltext_indexes`), or that holds another number of chunks than the database, is rebuilt
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 ANALYZER = "ragd_en"
 # Chunks applied per index commit, and read from the database per rebuild step.
 BATCH = 2_000
-# A collection of at most this many chunks is (re)built by the search that needs it.
+# A vector store of at most this many chunks is (re)built by the search that needs it.
 INLINE_ROWS = 5_000
 # The writer's memory before it flushes a segment; tantivy's floor is 15 MB a thread.
 WRITER_HEAP = 32 << 20
@@ -55,7 +55,7 @@ _GENERATION_FILE = "ragd-generation"
 
 
 class Unavailable(Exception):
-    """The collection's index is being rebuilt: no lexical ranking until it is done."""
+    """The vector_store's index is being rebuilt: no lexical ranking until it is done."""
 
 
 def _analyzer() -> tantivy.TextAnalyzer:
@@ -91,19 +91,19 @@ def tokens(word: str) -> list[str]:
 
 
 def create(conn: apsw.Connection, key: int) -> None:
-    """A new collection's index, empty, in the caller's transaction: its folder is made now
+    """A new vector_store's index, empty, in the caller's transaction: its folder is made now
     (a rolled back transaction leaves it to remove_orphans; keys are never reused), so no
     search ever waits to make it."""
     generation = secrets.token_hex(8)
     for_database(conn).make_empty(key, generation)
     conn.execute(
-        "INSERT OR REPLACE INTO fulltext_indexes (collection_id, generation) VALUES (?, ?)",
+        "INSERT OR REPLACE INTO fulltext_indexes (vector_store_id, generation) VALUES (?, ?)",
         (key, generation),
     )
 
 
 def add(conn: apsw.Connection, key: int, ids: Sequence[int]) -> None:
-    """Queues new chunks for the collection's index."""
+    """Queues new chunks for the vector_store's index."""
     _queue(conn, key, ids)
 
 
@@ -113,15 +113,15 @@ def remove(conn: apsw.Connection, key: int, ids: Sequence[int]) -> None:
 
 
 def drop(conn: apsw.Connection, key: int) -> None:
-    """Queues the whole index of a collection being deleted (chunk 0: none is)."""
-    conn.execute("DELETE FROM fulltext_queue WHERE collection_id = ?", (key,))
-    conn.execute("DELETE FROM fulltext_indexes WHERE collection_id = ?", (key,))
+    """Queues the whole index of a vector store being deleted (chunk 0: none is)."""
+    conn.execute("DELETE FROM fulltext_queue WHERE vector_store_id = ?", (key,))
+    conn.execute("DELETE FROM fulltext_indexes WHERE vector_store_id = ?", (key,))
     _queue(conn, key, [0])
 
 
 def _queue(conn: apsw.Connection, key: int, ids: Sequence[int]) -> None:
     conn.executemany(
-        "INSERT INTO fulltext_queue (collection_id, chunk_id) VALUES (?, ?)",
+        "INSERT INTO fulltext_queue (vector_store_id, chunk_id) VALUES (?, ?)",
         [(key, chunk) for chunk in ids],
     )
 
@@ -176,7 +176,7 @@ class FullText:
         catch_up first, outside a transaction. Raises Unavailable while it is rebuilt."""
         found = self._open.get(key)
         if found is None:
-            raise Unavailable(f"the full-text index of collection {key} is being built")
+            raise Unavailable(f"the full-text index of vector_store {key} is being built")
         searcher = found.searcher
         clauses = []
         ceiling = 0.0
@@ -219,7 +219,7 @@ class FullText:
     # Keeping up with the database
 
     def catch_up(self, conn: apsw.Connection, key: int) -> None:
-        """Applies what is queued for collection `key` (everything committed before this
+        """Applies what is queued for vector store `key` (everything committed before this
         call), and builds its index first if it is missing and small; a large one missing
         raises Unavailable (the background loop builds it), and so does an index that cannot
         be written now (a full disk)."""
@@ -236,7 +236,7 @@ class FullText:
             if key not in self._open and not self._attach(conn, key):
                 rows = _chunk_count(conn, key)
                 if rows is None:
-                    return  # a collection deleted meanwhile: the search finds nothing
+                    return  # a vector store deleted meanwhile: the search finds nothing
                 if rows > INLINE_ROWS:
                     raise Unavailable(
                         f"the full-text index of this vector store ({rows} chunks) is being "
@@ -249,13 +249,13 @@ class FullText:
                 pass
 
     def sync(self, conn: apsw.Connection) -> bool:
-        """Applies one batch of the queue, whatever its collections; True while more is
+        """Applies one batch of the queue, whatever its vector stores; True while more is
         queued. For the background loop."""
         with self._lock:
             keys = [
                 cast(int, row[0])
                 for row in conn.execute(
-                    "SELECT DISTINCT collection_id FROM fulltext_queue LIMIT 100"
+                    "SELECT DISTINCT vector_store_id FROM fulltext_queue LIMIT 100"
                 ).fetchall()
             ]
             busy = False
@@ -278,8 +278,9 @@ class FullText:
         with atomic(conn, write=False):
             rows = conn.execute(
                 "SELECT q.seq, q.chunk_id, c.text, c.file_id FROM fulltext_queue AS q"
-                " LEFT JOIN chunks AS c ON c.id = q.chunk_id AND c.collection_id = q.collection_id"
-                " WHERE q.collection_id = ? AND q.seq > ? AND q.seq <= ? ORDER BY q.seq LIMIT ?",
+                " LEFT JOIN chunks AS c"
+                " ON c.id = q.chunk_id AND c.vector_store_id = q.vector_store_id"
+                " WHERE q.vector_store_id = ? AND q.seq > ? AND q.seq <= ? ORDER BY q.seq LIMIT ?",
                 (key, done, upto if upto is not None else 2**62, BATCH),
             ).fetchall()
             exists = _chunk_count(conn, key) is not None
@@ -324,12 +325,12 @@ class FullText:
     # Opening and rebuilding
 
     def _attach(self, conn: apsw.Connection, key: int) -> bool:
-        """Opens the collection's index if its folder is the one the database recorded and
+        """Opens the vector_store's index if its folder is the one the database recorded and
         holds as many chunks as it should; False if it must be rebuilt."""
         folder = self.root / str(key)
         with atomic(conn, write=False):
             row = conn.execute(
-                "SELECT generation FROM fulltext_indexes WHERE collection_id = ?", (key,)
+                "SELECT generation FROM fulltext_indexes WHERE vector_store_id = ?", (key,)
             ).fetchone()
             chunks = _chunk_count(conn, key)
             queued = _last_queued(conn, key) is not None
@@ -359,7 +360,7 @@ class FullText:
         return True
 
     def make_empty(self, key: int, generation: str) -> None:
-        """The folder of a new collection's index, empty, of `generation`."""
+        """The folder of a new vector_store's index, empty, of `generation`."""
         with self._lock:
             folder = self.root / str(key)
             shutil.rmtree(folder, ignore_errors=True)
@@ -370,9 +371,9 @@ class FullText:
             _fsync_dir(self.root)
 
     def missing(self, conn: apsw.Connection) -> list[int]:
-        """Collections whose index is not open and cannot be: the rebuilds to run."""
+        """VectorStores whose index is not open and cannot be: the rebuilds to run."""
         with self._lock:
-            keys = [cast(int, row[0]) for row in conn.execute("SELECT id FROM collections")]
+            keys = [cast(int, row[0]) for row in conn.execute("SELECT id FROM vector_stores")]
             return [k for k in keys if k not in self._open and not self._attach(conn, k)]
 
     def rebuild_step(self, conn: apsw.Connection, key: int) -> bool:
@@ -392,7 +393,7 @@ class FullText:
                 self._rebuilds[key] = build
             with atomic(conn, write=False):
                 rows = conn.execute(
-                    "SELECT id, file_id, text FROM chunks WHERE collection_id = ? AND id > ?"
+                    "SELECT id, file_id, text FROM chunks WHERE vector_store_id = ? AND id > ?"
                     " ORDER BY id LIMIT ?",
                     (key, build.after, BATCH),
                 ).fetchall()
@@ -424,17 +425,18 @@ class FullText:
         _fsync_dir(self.root)
         with atomic(conn):
             conn.execute(
-                "INSERT OR REPLACE INTO fulltext_indexes (collection_id, generation) VALUES (?, ?)",
+                "INSERT OR REPLACE INTO fulltext_indexes (vector_store_id, generation)"
+                " VALUES (?, ?)",
                 (key, build.generation),
             )
             conn.execute(
-                "DELETE FROM fulltext_queue WHERE collection_id = ? AND seq <= ?",
+                "DELETE FROM fulltext_queue WHERE vector_store_id = ? AND seq <= ?",
                 (key, build.queued_upto),
             )
         del self._rebuilds[key]
         index = _open_index(live)
         self._open[key] = _Index(index, index.searcher())
-        log.info("full-text index of collection %d built: %d chunks", key, build.done)
+        log.info("full-text index of vector_store %d built: %d chunks", key, build.done)
 
     def _discard(self, key: int) -> None:
         found = self._open.pop(key, None)
@@ -458,10 +460,10 @@ class FullText:
                     found.writer = None
 
     def remove_orphans(self, conn: apsw.Connection) -> None:
-        """Deletes folders of collections the database no longer has, and rebuilds left over
+        """Deletes folders of vector stores the database no longer has, and rebuilds left over
         by a crash."""
         with self._lock:
-            keys = {str(row[0]) for row in conn.execute("SELECT id FROM collections")}
+            keys = {str(row[0]) for row in conn.execute("SELECT id FROM vector_stores")}
             if not self.root.exists():
                 return
             for entry in self.root.iterdir():
@@ -494,8 +496,8 @@ def _open_index(folder: Path) -> tantivy.Index:
 
 
 def _chunk_count(conn: apsw.Connection, key: int) -> int | None:
-    """The collection's chunks, None if it does not exist."""
-    row = conn.execute("SELECT chunk_count FROM collections WHERE id = ?", (key,)).fetchone()
+    """The vector_store's chunks, None if it does not exist."""
+    row = conn.execute("SELECT chunk_count FROM vector_stores WHERE id = ?", (key,)).fetchone()
     return None if row is None else cast(int, row[0])
 
 
@@ -504,7 +506,9 @@ def _forget_queued(conn: apsw.Connection, key: int, upto: int, wait: bool) -> No
     on a later try: they are applied already, and applying them again changes nothing."""
 
     def work(conn: apsw.Connection) -> None:
-        conn.execute("DELETE FROM fulltext_queue WHERE collection_id = ? AND seq <= ?", (key, upto))
+        conn.execute(
+            "DELETE FROM fulltext_queue WHERE vector_store_id = ? AND seq <= ?", (key, upto)
+        )
 
     if wait:
         with atomic(conn):
@@ -515,7 +519,7 @@ def _forget_queued(conn: apsw.Connection, key: int, upto: int, wait: bool) -> No
 
 def _last_queued(conn: apsw.Connection, key: int) -> int | None:
     row = conn.execute(
-        "SELECT max(seq) FROM fulltext_queue WHERE collection_id = ?", (key,)
+        "SELECT max(seq) FROM fulltext_queue WHERE vector_store_id = ?", (key,)
     ).fetchone()
     return None if row is None or row[0] is None else cast(int, row[0])
 

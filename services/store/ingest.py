@@ -1,4 +1,4 @@
-"""Writing one file's chunks and their vectors into a collection, in one transaction."""
+"""Writing one file's chunks and their vectors into a vector store, in one transaction."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ from typing import cast
 import apsw
 
 from services.common.vectors import FloatMatrix, to_bytes
-from services.store import catalog, fulltext, vector_index
-from services.store.catalog import lookup
+from services.store import fulltext, vector_index, vector_stores
 from services.store.compat import check_indexing, check_vectors
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.records import AddChunksResult, AttributeValue, ChunkInput
+from services.store.vector_stores import lookup
 
 # Bytes a float32 vector component occupies, counted into usage_bytes.
 _FLOAT_BYTES = 4
 
 
 def usage_bytes(texts: Sequence[str], dimensions: int) -> int:
-    """What a file costs a collection: UTF-8 text bytes plus 4 bytes per vector component."""
+    """What a file costs a vector store: UTF-8 text bytes plus 4 bytes per vector component."""
     return sum(len(text.encode()) for text in texts) + _FLOAT_BYTES * dimensions * len(texts)
 
 
@@ -56,18 +56,18 @@ def check_token_counts(chunks: Sequence[ChunkInput]) -> None:
 
 
 def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
-    """Deletes a file's chunks, their full-text rows and their vectors from a collection
+    """Deletes a file's chunks, their full-text rows and their vectors from a vector store
     (inside a transaction)."""
     rows = conn.execute(
-        "SELECT c.id, cf.vectors_pending FROM chunks AS c JOIN collection_files AS cf"
-        " ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id"
-        " WHERE c.collection_id = ? AND c.file_id = ?",
+        "SELECT c.id, cf.vectors_pending FROM chunks AS c JOIN vector_store_files AS cf"
+        " ON cf.vector_store_id = c.vector_store_id AND cf.file_id = c.file_id"
+        " WHERE c.vector_store_id = ? AND c.file_id = ?",
         (key, file_id),
     ).fetchall()
     ids = [cast(int, row[0]) for row in rows]
     vector_index.delete(conn, key, [cast(int, row[0]) for row in rows if not row[1]])
     fulltext.remove(conn, key, ids)
-    conn.execute("DELETE FROM chunks WHERE collection_id = ? AND file_id = ?", (key, file_id))
+    conn.execute("DELETE FROM chunks WHERE vector_store_id = ? AND file_id = ?", (key, file_id))
 
 
 def insert_chunks(
@@ -80,12 +80,12 @@ def insert_chunks(
     """Writes chunk i with vector i (inside a transaction; the file has no chunks yet),
     and its full-text row; without vectors, the chunks and their full-text rows only."""
     conn.executemany(
-        "INSERT INTO chunks (collection_id, file_id, chunk_index, text, token_count)"
+        "INSERT INTO chunks (vector_store_id, file_id, chunk_index, text, token_count)"
         " VALUES (?, ?, ?, ?, ?)",
         [(key, file_id, i, chunk.text, chunk.token_count) for i, chunk in enumerate(chunks)],
     )
     ids = conn.execute(
-        "SELECT id FROM chunks WHERE collection_id = ? AND file_id = ? ORDER BY chunk_index",
+        "SELECT id FROM chunks WHERE vector_store_id = ? AND file_id = ? ORDER BY chunk_index",
         (key, file_id),
     ).fetchall()
     fulltext.add(conn, key, [cast(int, row[0]) for row in ids])
@@ -101,7 +101,7 @@ def insert_chunks(
 def add_chunks(
     conn: apsw.Connection,
     *,
-    collection_id: str,
+    vector_store_id: str,
     file_id: str,
     filename: str,
     attributes: Mapping[str, AttributeValue],
@@ -112,7 +112,7 @@ def add_chunks(
 ) -> AddChunksResult:
     """Stores a file's chunks (vector i belongs to chunk i) and returns what was written.
 
-    Adding a file the collection already holds replaces its chunks, so a retried ingest is
+    Adding a file the vector store already holds replaces its chunks, so a retried ingest is
     harmless. Either everything is written or, on any error, nothing.
     """
     if not file_id:
@@ -126,21 +126,23 @@ def add_chunks(
     usage = usage_bytes(texts, dimensions)
 
     with atomic(conn):
-        key, collection = lookup(conn, collection_id)
-        check_indexing(collection, model, dimensions)
+        key, vector_store = lookup(conn, vector_store_id)
+        check_indexing(vector_store, model, dimensions)
         previous = conn.execute(
-            "SELECT chunk_count, usage_bytes FROM collection_files"
-            " WHERE collection_id = ? AND file_id = ?",
+            "SELECT chunk_count, usage_bytes FROM vector_store_files"
+            " WHERE vector_store_id = ? AND file_id = ?",
             (key, file_id),
         ).fetchone()
         old_chunks, old_usage = previous if previous is not None else (0, 0)
         if previous is not None:
             delete_chunks(conn, key, file_id)
             # A file written directly is complete: any ingest job for it is moot.
-            conn.execute("DELETE FROM jobs WHERE collection_id = ? AND file_id = ?", (key, file_id))
+            conn.execute(
+                "DELETE FROM jobs WHERE vector_store_id = ? AND file_id = ?", (key, file_id)
+            )
         # The file belongs to the vector store's project; an id of another project's file is
         # not this caller's to write to.
-        project = catalog.project_of(conn, key)
+        project = vector_stores.project_of(conn, key)
         taken = conn.execute("SELECT project_id FROM files WHERE id = ?", (file_id,)).get
         if taken is not None and taken != project:
             raise InvalidArgument(f"file id {file_id!r} is taken; write the chunks under another")
@@ -150,16 +152,16 @@ def add_chunks(
             (file_id, filename, now, project),
         )
         conn.execute(
-            "INSERT INTO collection_files (collection_id, file_id, status, attributes,"
+            "INSERT INTO vector_store_files (vector_store_id, file_id, status, attributes,"
             " chunk_count, usage_bytes, created_at) VALUES (?, ?, 'completed', ?, ?, ?, ?)"
-            " ON CONFLICT (collection_id, file_id) DO UPDATE SET status = excluded.status,"
+            " ON CONFLICT (vector_store_id, file_id) DO UPDATE SET status = excluded.status,"
             " attributes = excluded.attributes, chunk_count = excluded.chunk_count,"
             " usage_bytes = excluded.usage_bytes, last_error_code = '', last_error_message = ''",
             (key, file_id, attrs, len(chunks), usage, now),
         )
         insert_chunks(conn, key, file_id, chunks, vectors)
         conn.execute(
-            "UPDATE collections SET chunk_count = chunk_count + ?, file_count = file_count + ?,"
+            "UPDATE vector_stores SET chunk_count = chunk_count + ?, file_count = file_count + ?,"
             " usage_bytes = usage_bytes + ?, last_active_at = max(last_active_at, ?)"
             " WHERE id = ?",
             (len(chunks) - old_chunks, 0 if previous else 1, usage - old_usage, now, key),

@@ -17,11 +17,11 @@ import apsw
 
 from services.common.vectors import FloatMatrix
 from services.common.vocabulary import FILE_ERROR_CODES
-from services.store import attachments, catalog, ingest, reindex
+from services.store import attachments, ingest, reindex, vector_stores
 from services.store.compat import check_indexing, check_served
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, JobNotFound, LeaseLost, ModelMismatch
-from services.store.records import ChunkInput, ClaimedJob, CollectionFile, EmbeddingModel
+from services.store.records import ChunkInput, ClaimedJob, EmbeddingModel, VectorStoreFile
 
 # Claims of one job before its file fails (worker crashes count: each reclaim is a claim).
 MAX_ATTEMPTS = 5
@@ -36,15 +36,15 @@ MAX_ERROR_MESSAGE = 1000
 # Jobs a worker may take now: due pending ones, and leases that expired (their worker died),
 # of files still in progress; oldest first. Workers poll this often, mostly finding nothing:
 # it reads only the live jobs (the partial index) and looks their files up, never scanning
-# finished jobs or every file of every collection.
+# finished jobs or every file of every vector store.
 _CLAIMABLE_SQL = """
-SELECT j.id, j.collection_id, j.file_id, j.attempts, j.state, f.bytes, c.model, c.dimensions,
+SELECT j.id, j.vector_store_id, j.file_id, j.attempts, j.state, f.bytes, c.model, c.dimensions,
        cf.status, c.shadow_of IS NOT NULL
 FROM jobs AS j INDEXED BY jobs_live
-CROSS JOIN collection_files AS cf
-    ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id
+CROSS JOIN vector_store_files AS cf
+    ON cf.vector_store_id = j.vector_store_id AND cf.file_id = j.file_id
 JOIN files AS f ON f.id = j.file_id
-JOIN collections AS c ON c.id = j.collection_id
+JOIN vector_stores AS c ON c.id = j.vector_store_id
 WHERE j.state <> 'done' AND (cf.status = 'in_progress' OR cf.vectors_pending = 1)
   AND ((j.state = 'pending' AND j.next_attempt_at <= ?)
        OR (j.state = 'leased' AND j.lease_expires_at <= ?))
@@ -54,7 +54,7 @@ LIMIT ?
 """
 
 # Jobs of models that cannot embed now: only those whose file a lexical pass would make
-# searchable (not yet indexed at all, and not a re-index's hidden collection, which nobody
+# searchable (not yet indexed at all, and not a re-index's hidden vector store, which nobody
 # searches) are worth handing out.
 _WAITING_SQL = """(lower(c.model) NOT IN ({models})
        OR (? AND cf.status = 'in_progress' AND c.shadow_of IS NULL))"""
@@ -64,8 +64,8 @@ _CLAIMED_SQL = """
 SELECT j.id, c.public_id, j.file_id, f.filename, coalesce(fc.content, x''), cf.chunking_json,
        c.model, c.dimensions, j.attempts, j.key_name
 FROM jobs AS j
-JOIN collections AS c ON c.id = j.collection_id
-JOIN collection_files AS cf ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id
+JOIN vector_stores AS c ON c.id = j.vector_store_id
+JOIN vector_store_files AS cf ON cf.vector_store_id = j.vector_store_id AND cf.file_id = j.file_id
 JOIN files AS f ON f.id = j.file_id
 LEFT JOIN file_contents AS fc ON fc.file_id = j.file_id
 WHERE j.id = ?
@@ -94,8 +94,8 @@ def _fail_file(
     # A file searchable lexically keeps its chunks and stays completed (vectors_pending):
     # only the filling of its vectors gave up.
     conn.execute(
-        "UPDATE collection_files SET status = iif(vectors_pending = 1, status, 'failed'),"
-        " last_error_code = ?, last_error_message = ? WHERE collection_id = ? AND file_id = ?",
+        "UPDATE vector_store_files SET status = iif(vectors_pending = 1, status, 'failed'),"
+        " last_error_code = ?, last_error_message = ? WHERE vector_store_id = ? AND file_id = ?",
         (code, message[:MAX_ERROR_MESSAGE], key, file_id),
     )
     conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
@@ -120,7 +120,7 @@ def claim(
     One write transaction (taken up front) picks and leases the jobs, so concurrent claimers
     never share one. A job whose lease expired after its last allowed attempt is not handed
     out again: its file fails (the workers keep dying on it). With `models` (what the worker
-    embeds with), a job of a collection indexed with another model fails too, in the words
+    embeds with), a job of a vector store indexed with another model fails too, in the words
     of the model rule (compat.check_served), rather than being embedded with the wrong one.
     A job of a `waiting` model (served, but its embedders are down) is left for later, or,
     for a worker that can index `lexical`ly, handed out as a lexical pass if its file is not
@@ -159,7 +159,7 @@ def claim(
                 pass_lexical = everything_waits or model.lower() in later
                 if not pass_lexical and models and EmbeddingModel(model, dimensions) not in models:
                     try:
-                        check_served(catalog.lookup_key(conn, key), models)
+                        check_served(vector_stores.lookup_key(conn, key), models)
                     except ModelMismatch as error:
                         _fail_file(conn, job_id, key, file_id, "server_error", str(error), now)
                         continue
@@ -173,11 +173,11 @@ def claim(
                     (worker_id, now + lease_seconds, job_id),
                 )
                 row = conn.execute(_CLAIMED_SQL, (job_id,)).fetchone()
-                assert row is not None, "a claimable job has its collection, file and row"
+                assert row is not None, "a claimable job has its vector_store, file and row"
                 claimed.append(
                     ClaimedJob(
                         job_id=row[0],
-                        collection_id=row[1],
+                        vector_store_id=row[1],
                         file_id=row[2],
                         filename=row[3],
                         content=bytes(row[4]),
@@ -195,9 +195,9 @@ def claim(
 def _held(conn: apsw.Connection, job_id: int, worker_id: str) -> _HeldJob:
     """The job, if this worker holds its lease (expired but not reclaimed still counts)."""
     row = conn.execute(
-        "SELECT j.collection_id, j.file_id, j.state, j.worker_id, j.attempts, cf.status,"
-        " cf.vectors_pending FROM jobs AS j JOIN collection_files AS cf"
-        " ON cf.collection_id = j.collection_id AND cf.file_id = j.file_id WHERE j.id = ?",
+        "SELECT j.vector_store_id, j.file_id, j.state, j.worker_id, j.attempts, cf.status,"
+        " cf.vectors_pending FROM jobs AS j JOIN vector_store_files AS cf"
+        " ON cf.vector_store_id = j.vector_store_id AND cf.file_id = j.file_id WHERE j.id = ?",
         (job_id,),
     ).fetchone()
     if row is None:
@@ -241,7 +241,7 @@ def complete(
     vectors: FloatMatrix | None,
     model: str,
     now: int,
-) -> CollectionFile:
+) -> VectorStoreFile:
     """Writes the file's chunks and vectors and marks it completed, all in one transaction.
 
     Without `vectors` (a lexical pass) the chunks are written with their full-text rows only,
@@ -258,14 +258,14 @@ def complete(
     usage = ingest.usage_bytes([chunk.text for chunk in chunks], dimensions)
     with atomic(conn):
         job = _held(conn, job_id, worker_id)
-        collection = catalog.lookup_key(conn, job.key)
+        vector_store = vector_stores.lookup_key(conn, job.key)
         if vectors is None and job.vectors_pending:
             raise LeaseLost(f"file {job.file_id!r} is searchable already; drop ingest job {job_id}")
         if vectors is not None:
-            check_indexing(collection, model, dimensions)
+            check_indexing(vector_store, model, dimensions)
         before = conn.execute(
-            "SELECT chunk_count, usage_bytes FROM collection_files"
-            " WHERE collection_id = ? AND file_id = ?",
+            "SELECT chunk_count, usage_bytes FROM vector_store_files"
+            " WHERE vector_store_id = ? AND file_id = ?",
             (job.key, job.file_id),
         ).fetchone()
         old_chunks, old_usage = before if job.vectors_pending and before else (0, 0)
@@ -274,13 +274,13 @@ def complete(
         ingest.delete_chunks(conn, job.key, job.file_id)
         ingest.insert_chunks(conn, job.key, job.file_id, chunks, vectors)
         conn.execute(
-            "UPDATE collection_files SET status = 'completed', chunk_count = ?, usage_bytes = ?,"
+            "UPDATE vector_store_files SET status = 'completed', chunk_count = ?, usage_bytes = ?,"
             " vectors_pending = ?, last_error_code = '', last_error_message = ''"
-            " WHERE collection_id = ? AND file_id = ?",
+            " WHERE vector_store_id = ? AND file_id = ?",
             (len(chunks), usage, int(vectors is None), job.key, job.file_id),
         )
         conn.execute(
-            "UPDATE collections SET chunk_count = chunk_count + ?, usage_bytes = usage_bytes + ?,"
+            "UPDATE vector_stores SET chunk_count = chunk_count + ?, usage_bytes = usage_bytes + ?,"
             " last_active_at = max(last_active_at, ?) WHERE id = ?",
             (len(chunks) - old_chunks, usage - old_usage, now, job.key),
         )
@@ -293,7 +293,7 @@ def complete(
             )
         else:
             conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
-        record = attachments.fetch(conn, job.key, collection.id, job.file_id)
+        record = attachments.fetch(conn, job.key, vector_store.id, job.file_id)
         reindex.settle(conn, job.key, now)
         return record
 
@@ -309,7 +309,7 @@ def fail(
     now: int,
     max_attempts: int = MAX_ATTEMPTS,
     keep_attempt: bool = False,
-) -> CollectionFile:
+) -> VectorStoreFile:
     """Records a failed attempt: retried later if transient and attempts remain, else final.
 
     While a file is retried it stays in_progress without a last_error (OpenAI shows errors only
@@ -333,5 +333,5 @@ def fail(
             )
         else:
             _fail_file(conn, job_id, job.key, job.file_id, code, message, now)
-        collection = catalog.lookup_key(conn, job.key)
-        return attachments.fetch(conn, job.key, collection.id, job.file_id)
+        vector_store = vector_stores.lookup_key(conn, job.key)
+        return attachments.fetch(conn, job.key, vector_store.id, job.file_id)

@@ -14,12 +14,12 @@ from typing import Any
 
 import apsw
 
+from services.common.vocabulary import SCOPES
 from services.store import projects
 from services.store.db import atomic
-from services.store.errors import CollectionNotFound, InvalidArgument, KeyExists, KeyNotFound
+from services.store.errors import InvalidArgument, KeyExists, KeyNotFound, VectorStoreNotFound
 from services.store.records import DEFAULT_PROJECT, ApiKey, KeyState, KeyUsage
 
-SCOPES = ("admin", "write", "read")
 PREFIX = "rk-"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _DAY_SECONDS = 86400
@@ -59,7 +59,7 @@ def _row(row: Sequence[Any]) -> ApiKey:
         searches=int(searches),
         embedded_tokens=int(tokens),
         bytes_stored=int(stored),
-        tokens_today=int(today),
+        embedded_tokens_today=int(today),
         project=str(project),
         project_conversations=bool(project_conversations),
     )
@@ -101,16 +101,16 @@ def create(
                 "admin keys manage every project and belong to the default one; make a "
                 "write or read key for this project"
             )
-        for store_id in stores:
+        for vector_store_id in stores:
             if (
                 conn.execute(
-                    "SELECT 1 FROM collections WHERE public_id = ? AND project_id = ?"
+                    "SELECT 1 FROM vector_stores WHERE public_id = ? AND project_id = ?"
                     " AND shadow_of IS NULL",
-                    (store_id, project_key),
+                    (vector_store_id, project_key),
                 ).get
                 is None
             ):
-                raise CollectionNotFound(store_id)
+                raise VectorStoreNotFound(vector_store_id)
         if conn.execute("SELECT 1 FROM api_keys WHERE name = ?", (name,)).get is not None:
             raise KeyExists(f"a key named {name!r} exists; revoke it or pick another name")
         conn.execute(

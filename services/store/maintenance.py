@@ -31,8 +31,8 @@ from services.store.errors import (
 from services.store.records import (
     BackupInfo,
     BackupResult,
-    CollectionStats,
     DatabaseStats,
+    VectorStoreStats,
 )
 from services.store.vector_index import vec_table
 
@@ -216,7 +216,8 @@ def check_backup(source: Path, latest_schema: int) -> int:
             str(row[0])
             for row in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")
         }
-        if version < 1 or "collections" not in tables:
+        # The table of vector stores, by its name before migration 15 or after.
+        if version < 1 or not {"vector_stores", "collections"} & tables:
             raise BackupUnusable(f"{source.name} is a SQLite database, but not one of ragd's")
         if version > latest_schema:
             raise BackupUnusable(
@@ -344,10 +345,10 @@ def stats(conn: apsw.Connection, *, path: Path) -> DatabaseStats:
             list[tuple[int, str, str, str, int, int, int, int]],
             conn.execute(
                 "SELECT id, public_id, name, model, dimensions, file_count, chunk_count,"
-                " usage_bytes FROM collections ORDER BY id"
+                " usage_bytes FROM vector_stores ORDER BY id"
             ).fetchall(),
         )
-        collections = []
+        vector_stores = []
         for key, public_id, name, model, dims, files, chunks, usage in rows:
             found = vector_index.vector_slots(conn, key)
             if not vectors_available():
@@ -357,8 +358,8 @@ def stats(conn: apsw.Connection, *, path: Path) -> DatabaseStats:
                 vectors = slots = _scalar(conn, f"SELECT count(*) FROM {vec_table(key)}")
             else:
                 vectors, slots = found.live, found.slots
-            collections.append(
-                CollectionStats(
+            vector_stores.append(
+                VectorStoreStats(
                     id=public_id,
                     name=name,
                     model=model,
@@ -375,12 +376,12 @@ def stats(conn: apsw.Connection, *, path: Path) -> DatabaseStats:
             db_bytes=0,
             wal_bytes=0,
             free_bytes=page_size * _scalar(conn, "PRAGMA freelist_count"),
-            collections=collections,
+            vector_stores=vector_stores,
             files=_scalar(conn, "SELECT count(*) FROM files"),
             file_bytes=_scalar(conn, "SELECT sum(bytes) FROM files"),
-            chunks=sum(c.chunks for c in collections),
-            vectors=sum(c.vectors for c in collections),
-            usage_bytes=sum(c.usage_bytes for c in collections),
+            chunks=sum(c.chunks for c in vector_stores),
+            vectors=sum(c.vectors for c in vector_stores),
+            usage_bytes=sum(c.usage_bytes for c in vector_stores),
             jobs_pending=_scalar(conn, _LIVE_JOBS.format(state="pending")),
             jobs_leased=_scalar(conn, _LIVE_JOBS.format(state="leased")),
             cache=cache.size(conn),

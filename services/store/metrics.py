@@ -26,7 +26,7 @@ class StoreCollector(Collector):
         if stats is None:
             return
         db = stats.database
-        yield _gauge("ragd_store_vector_stores", "Vector stores.", len(db.collections))
+        yield _gauge("ragd_store_vector_stores", "Vector stores.", len(db.vector_stores))
         yield _gauge("ragd_store_files", "Files uploaded.", db.files)
         yield _gauge("ragd_store_chunks", "Chunks in every vector store.", db.chunks)
         yield _gauge("ragd_store_vectors", "Vectors in every vector store.", db.vectors)

@@ -343,7 +343,7 @@ ALTER TABLE collections ADD COLUMN max_input_tokens INTEGER NOT NULL DEFAULT 0;
 
 
 def v9_fulltext_table(conn: apsw.Connection, key: int) -> None:
-    """A collection's full-text table as schema versions 9 to 13 made it (schema_check.py
+    """A vector store's full-text table as schema versions 9 to 13 made it (schema_check.py
     compares older backups with it)."""
     conn.execute(
         f"CREATE VIRTUAL TABLE fts_{key:d} USING fts5(text, content = '',"
@@ -483,6 +483,23 @@ def _v14_fulltext_outside(conn: apsw.Connection) -> None:
     )
 
 
+# One name per concept: what users call a vector store is one in the schema too (it was a
+# "collection"). Renames only rewrite the schema, not the rows; foreign keys follow. The
+# indexes keep their names (renaming one rebuilds it).
+_V15_VECTOR_STORES = """
+ALTER TABLE collections RENAME TO vector_stores;
+ALTER TABLE collection_files RENAME TO vector_store_files;
+ALTER TABLE vector_store_files RENAME COLUMN collection_id TO vector_store_id;
+ALTER TABLE chunks RENAME COLUMN collection_id TO vector_store_id;
+ALTER TABLE file_batches RENAME COLUMN collection_id TO vector_store_id;
+ALTER TABLE jobs RENAME COLUMN collection_id TO vector_store_id;
+ALTER TABLE audit_log RENAME COLUMN collection_id TO vector_store_id;
+ALTER TABLE reindexes RENAME COLUMN collection_id TO vector_store_id;
+ALTER TABLE fulltext_queue RENAME COLUMN collection_id TO vector_store_id;
+ALTER TABLE fulltext_indexes RENAME COLUMN collection_id TO vector_store_id;
+"""
+
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -498,6 +515,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V12_PROJECTS),
     _script(_V13_BACKGROUND_RESPONSES),
     _v14_fulltext_outside,
+    _script(_V15_VECTOR_STORES),
 ]
 
 

@@ -1,4 +1,4 @@
-"""One page of a listing in creation order, with cursors, shared by files and collection files."""
+"""One page of a listing in creation order, with cursors, shared by files and vector store files."""
 
 from __future__ import annotations
 

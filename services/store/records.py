@@ -35,7 +35,7 @@ class FileCounts:
 
 
 @dataclass(frozen=True)
-class Collection:
+class VectorStore:
     id: str
     name: str
     created_at: int
@@ -52,15 +52,15 @@ class Collection:
     # OpenAI's expires_after: anchor "last_active_at" (or "" for never) and days.
     expires_anchor: str = ""
     expires_days: int = 0
-    # Unix seconds, 0 when the collection does not expire.
+    # Unix seconds, 0 when the vector store does not expire.
     expires_at: int = 0
     # How vector searches run: "exact", "building" (a coarse index, searches still exact)
     # or "coarse" (coarse + exact rescoring; see vector_index.py).
     vector_index: str = "exact"
     # The model's context in tokens, as its embedder reported it at creation (0: unknown,
-    # collections made before schema 8).
+    # vector stores made before schema 8).
     max_input_tokens: int = 0
-    # Its vectors are in the store's memory (resident.py); set by get_collection only.
+    # Its vectors are in the store's memory (resident.py); set by get_vector_store only.
     in_memory: bool = False
     # The latest re-index (reindex.py), if any.
     reindex: Reindex | None = None
@@ -68,9 +68,9 @@ class Collection:
 
 @dataclass(frozen=True)
 class Reindex:
-    """A re-index of a collection to another model or chunking: in_progress until every file
-    is indexed anew (then completed: the collection switched) or it failed or was cancelled
-    (the collection kept its old index)."""
+    """A re-index of a vector store to another model or chunking: in_progress until every file
+    is indexed anew (then completed: the vector store switched) or it failed or was cancelled
+    (the vector store kept its old index)."""
 
     status: str
     from_model: str
@@ -160,9 +160,9 @@ class NewFile:
 
 
 @dataclass(frozen=True)
-class CollectionFile:
+class VectorStoreFile:
     file_id: str
-    collection_id: str
+    vector_store_id: str
     # in_progress, completed, failed or cancelled.
     status: str
     created_at: int
@@ -199,7 +199,7 @@ class BatchFileInput:
 @dataclass(frozen=True)
 class FileBatch:
     id: str
-    collection_id: str
+    vector_store_id: str
     created_at: int
     # in_progress, completed or cancelled.
     status: str
@@ -209,12 +209,12 @@ class FileBatch:
 @dataclass(frozen=True)
 class ClaimedJob:
     job_id: int
-    collection_id: str
+    vector_store_id: str
     file_id: str
     filename: str
     content: bytes
     chunking: Chunking | None
-    # The collection's embedding model and dimension.
+    # The vector_store's embedding model and dimension.
     model: str
     dimensions: int
     # 1 for the first claim.
@@ -237,7 +237,7 @@ class AuditEntry:
     # One of vocabulary.AUDIT_OPERATIONS.
     operation: str
     # Public vector store id.
-    collection_id: str = ""
+    vector_store_id: str = ""
     k: int = 0
     latency_ms: float = 0.0
     result_count: int = 0
@@ -342,7 +342,7 @@ class ApiKey:
     embedded_tokens: int
     bytes_stored: int
     # Embedded tokens this UTC day.
-    tokens_today: int
+    embedded_tokens_today: int
     project: str = DEFAULT_PROJECT
     # A key limited to some vector stores reaches its project's conversations and responses,
     # not only those it made.
@@ -388,7 +388,7 @@ class VacuumResult:
 
 
 @dataclass(frozen=True)
-class CollectionStats:
+class VectorStoreStats:
     id: str
     name: str
     model: str
@@ -409,7 +409,7 @@ class DatabaseStats:
     db_bytes: int
     wal_bytes: int
     free_bytes: int
-    collections: list[CollectionStats]
+    vector_stores: list[VectorStoreStats]
     files: int
     file_bytes: int
     chunks: int

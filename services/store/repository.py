@@ -1,4 +1,4 @@
-"""The store's core API over one SQLite database: collections, files, ingest jobs, search and
+"""The store's core API over one SQLite database: vector stores, files, ingest jobs, search and
 operations (embedding cache, audit log, stats, backup, vacuum).
 
 One facade: each method runs one module function on the calling thread's own connection (so
@@ -28,7 +28,6 @@ from services.store import (
     audit,
     batches,
     cache,
-    catalog,
     conversations,
     files,
     fulltext,
@@ -46,6 +45,7 @@ from services.store import (
     search,
     vacuum,
     vector_index,
+    vector_stores,
 )
 from services.store.db import (
     ThreadConnections,
@@ -71,8 +71,6 @@ from services.store.records import (
     Chunking,
     ChunkInput,
     ClaimedJob,
-    Collection,
-    CollectionFile,
     Conversation,
     EmbeddingModel,
     File,
@@ -94,6 +92,8 @@ from services.store.records import (
     StoredChunk,
     StoreStatus,
     VacuumResult,
+    VectorStore,
+    VectorStoreFile,
 )
 from services.store.replica import ReplicaSettings, ReplicaStatus
 from services.store.retention import RetentionSettings, Swept
@@ -133,7 +133,7 @@ class Repository:
         self._settings = operations or OperationsSettings()
         self._connections = ThreadConnections(path, checkpoints=self._settings.replica is None)
         self.index = index or vector_index.IndexSettings()
-        # Builds in progress: collection key -> last rowid copied.
+        # Builds in progress: vector store key -> last rowid copied.
         self._builds: dict[int, int] = {}
         self._clock = clock
         self._max_attempts = max_attempts
@@ -162,7 +162,7 @@ class Repository:
 
     def migrate(self) -> int:
         """Brings the schema up to date; returns its version. Raises DatabaseTooNew. With
-        sqlite-vec loaded, also creates the vector tables of collections made without it."""
+        sqlite-vec loaded, also creates the vector tables of vector stores made without it."""
         version = migrations.migrate(self._conn())
         if vectors_available():
             vector_index.create_missing(self._conn())
@@ -198,7 +198,7 @@ class Repository:
         texts = self._fulltext_step(conn)
         if not vectors_available():
             return texts
-        # Vectors into memory first: searches of a collection not there yet scan SQLite.
+        # Vectors into memory first: searches of a vector store not there yet scan SQLite.
         if vector_index.warm(conn, self.index.resident):
             return True
         deadline = time.monotonic() + budget_seconds
@@ -230,9 +230,9 @@ class Repository:
             indexes.close_writers()
         return busy or bool(missing)
 
-    # Collections
+    # VectorStores
 
-    def create_collection(
+    def create_vector_store(
         self,
         name: str,
         model: str,
@@ -242,8 +242,8 @@ class Repository:
         expires_days: int = 0,
         max_input_tokens: int = 0,
         caller: Access = EVERYTHING,
-    ) -> Collection:
-        return catalog.create(
+    ) -> VectorStore:
+        return vector_stores.create(
             self._conn(),
             name=name,
             model=model,
@@ -256,21 +256,21 @@ class Repository:
             caller=caller,
         )
 
-    def update_collection(
+    def update_vector_store(
         self,
-        collection_id: str,
+        vector_store_id: str,
         name: str | None = None,
         metadata: Mapping[str, str] | None = None,
         expires: tuple[str, int] | None = None,
-    ) -> Collection:
+    ) -> VectorStore:
         """Changes the fields given; `expires` is (anchor, days), ("", 0) for never."""
-        return catalog.update(
-            self._conn(), collection_id, name=name, metadata=metadata, expires=expires
+        return vector_stores.update(
+            self._conn(), vector_store_id, name=name, metadata=metadata, expires=expires
         )
 
-    def get_collection(self, collection_id: str) -> Collection:
+    def get_vector_store(self, vector_store_id: str) -> VectorStore:
         with atomic(self._conn(), write=False):
-            found = reindex.lookup(self._conn(), collection_id)
+            found = reindex.lookup(self._conn(), vector_store_id)
         if vector_index.in_memory(self._conn(), found.id, self.index.resident):
             return replace(found, in_memory=True)
         return found
@@ -279,14 +279,14 @@ class Repository:
 
     def start_reindex(
         self,
-        collection_id: str,
+        vector_store_id: str,
         model: EmbeddingModel,
         chunking: Chunking | None = None,
         max_chunk_tokens: int = 0,
-    ) -> Collection:
+    ) -> VectorStore:
         return reindex.start(
             self._conn(),
-            collection_id=collection_id,
+            vector_store_id=vector_store_id,
             model=model.name,
             dimensions=model.dimensions,
             chunking=chunking,
@@ -294,10 +294,10 @@ class Repository:
             now=self._now(),
         )
 
-    def cancel_reindex(self, collection_id: str) -> Collection:
-        return reindex.cancel(self._conn(), collection_id=collection_id, now=self._now())
+    def cancel_reindex(self, vector_store_id: str) -> VectorStore:
+        return reindex.cancel(self._conn(), vector_store_id=vector_store_id, now=self._now())
 
-    def list_collections(
+    def list_vector_stores(
         self,
         limit: int = DEFAULT_LIST_LIMIT,
         order: str = "desc",
@@ -305,8 +305,8 @@ class Repository:
         before: str | None = None,
         name: str | None = None,
         caller: Access = EVERYTHING,
-    ) -> Page[Collection]:
-        return catalog.list_page(
+    ) -> Page[VectorStore]:
+        return vector_stores.list_page(
             self._conn(),
             limit=limit,
             order=order,
@@ -316,12 +316,12 @@ class Repository:
             caller=caller,
         )
 
-    def delete_collection(self, collection_id: str) -> None:
-        catalog.delete(self._conn(), collection_id)
+    def delete_vector_store(self, vector_store_id: str) -> None:
+        vector_stores.delete(self._conn(), vector_store_id)
 
     def add_chunks(
         self,
-        collection_id: str,
+        vector_store_id: str,
         file_id: str,
         filename: str,
         attributes: Mapping[str, AttributeValue],
@@ -331,7 +331,7 @@ class Repository:
     ) -> AddChunksResult:
         return ingest.add_chunks(
             self._conn(),
-            collection_id=collection_id,
+            vector_store_id=vector_store_id,
             file_id=file_id,
             filename=filename,
             attributes=attributes,
@@ -343,7 +343,7 @@ class Repository:
 
     def search(
         self,
-        collection_id: str,
+        vector_store_id: str,
         query: npt.ArrayLike | bytes | None,
         k: int,
         score_threshold: float = 0.0,
@@ -356,7 +356,7 @@ class Repository:
         """See search.run: `mode` vector (or empty), lexical or hybrid."""
         return search.run(
             self._conn(),
-            collection_id=collection_id,
+            vector_store_id=vector_store_id,
             mode=mode,
             query=query if query is None or isinstance(query, bytes) else np.asarray(query),
             text=query_text,
@@ -402,25 +402,25 @@ class Repository:
         )
 
     def delete_file(self, file_id: str) -> None:
-        """Deletes the file and removes it from every collection."""
+        """Deletes the file and removes it from every vector store."""
         files.delete(self._conn(), file_id, self._now())
 
-    # Files in collections
+    # Files in vector stores
 
     def attach_file(
         self,
-        collection_id: str,
+        vector_store_id: str,
         file_id: str = "",
         attributes: Mapping[str, AttributeValue] | None = None,
         chunking: Chunking | None = None,
         model: EmbeddingModel | None = None,
         upload: NewFile | None = None,
         key_name: str = "",
-    ) -> CollectionFile:
+    ) -> VectorStoreFile:
         """Attaches `file_id`, or stores and attaches `upload` (attachments.attach)."""
         return attachments.attach(
             self._conn(),
-            collection_id=collection_id,
+            vector_store_id=vector_store_id,
             file_id=file_id,
             upload=upload,
             attributes=attributes or {},
@@ -430,25 +430,25 @@ class Repository:
             key_name=key_name,
         )
 
-    def get_collection_file(self, collection_id: str, file_id: str) -> CollectionFile:
-        return attachments.get(self._conn(), collection_id, file_id)
+    def get_vector_store_file(self, vector_store_id: str, file_id: str) -> VectorStoreFile:
+        return attachments.get(self._conn(), vector_store_id, file_id)
 
-    def find_collection_file(self, collection_id: str, sha256: str) -> CollectionFile | None:
-        return attachments.find_by_content(self._conn(), collection_id, sha256)
+    def find_vector_store_file(self, vector_store_id: str, sha256: str) -> VectorStoreFile | None:
+        return attachments.find_by_content(self._conn(), vector_store_id, sha256)
 
-    def list_collection_files(
+    def list_vector_store_files(
         self,
-        collection_id: str,
+        vector_store_id: str,
         limit: int = DEFAULT_LIST_LIMIT,
         order: str = "desc",
         after: str | None = None,
         before: str | None = None,
         status: str | None = None,
         batch_id: str | None = None,
-    ) -> Page[CollectionFile]:
+    ) -> Page[VectorStoreFile]:
         return attachments.list_page(
             self._conn(),
-            collection_id=collection_id,
+            vector_store_id=vector_store_id,
             limit=limit,
             order=order,
             after=after,
@@ -457,47 +457,47 @@ class Repository:
             batch_id=batch_id,
         )
 
-    def update_collection_file(
-        self, collection_id: str, file_id: str, attributes: Mapping[str, AttributeValue]
-    ) -> CollectionFile:
+    def update_vector_store_file(
+        self, vector_store_id: str, file_id: str, attributes: Mapping[str, AttributeValue]
+    ) -> VectorStoreFile:
         return attachments.update_attributes(
-            self._conn(), collection_id=collection_id, file_id=file_id, attributes=attributes
+            self._conn(), vector_store_id=vector_store_id, file_id=file_id, attributes=attributes
         )
 
-    def detach_file(self, collection_id: str, file_id: str) -> None:
+    def detach_file(self, vector_store_id: str, file_id: str) -> None:
         attachments.detach(
-            self._conn(), collection_id=collection_id, file_id=file_id, now=self._now()
+            self._conn(), vector_store_id=vector_store_id, file_id=file_id, now=self._now()
         )
 
-    def get_collection_file_chunks(
-        self, collection_id: str, file_id: str
-    ) -> tuple[CollectionFile, list[StoredChunk]]:
-        return attachments.chunks(self._conn(), collection_id=collection_id, file_id=file_id)
+    def get_vector_store_file_chunks(
+        self, vector_store_id: str, file_id: str
+    ) -> tuple[VectorStoreFile, list[StoredChunk]]:
+        return attachments.chunks(self._conn(), vector_store_id=vector_store_id, file_id=file_id)
 
     # Batches
 
     def create_file_batch(
         self,
-        collection_id: str,
+        vector_store_id: str,
         batch_files: Sequence[BatchFileInput],
         model: EmbeddingModel | None = None,
         key_name: str = "",
     ) -> FileBatch:
         return batches.create(
             self._conn(),
-            collection_id=collection_id,
+            vector_store_id=vector_store_id,
             files=batch_files,
             now=self._now(),
             model=model,
             key_name=key_name,
         )
 
-    def get_file_batch(self, collection_id: str, batch_id: str) -> FileBatch:
-        return batches.get(self._conn(), collection_id=collection_id, batch_id=batch_id)
+    def get_file_batch(self, vector_store_id: str, batch_id: str) -> FileBatch:
+        return batches.get(self._conn(), vector_store_id=vector_store_id, batch_id=batch_id)
 
-    def cancel_file_batch(self, collection_id: str, batch_id: str) -> FileBatch:
+    def cancel_file_batch(self, vector_store_id: str, batch_id: str) -> FileBatch:
         return batches.cancel(
-            self._conn(), collection_id=collection_id, batch_id=batch_id, now=self._now()
+            self._conn(), vector_store_id=vector_store_id, batch_id=batch_id, now=self._now()
         )
 
     # Ingest jobs
@@ -541,7 +541,7 @@ class Repository:
         chunks: Sequence[ChunkInput],
         vectors: npt.ArrayLike | None,
         model: str,
-    ) -> CollectionFile:
+    ) -> VectorStoreFile:
         """`vectors` None: a lexical pass (jobs.complete)."""
         return jobs.complete(
             self._conn(),
@@ -561,7 +561,7 @@ class Repository:
         message: str,
         retry_after_seconds: int = 0,
         keep_attempt: bool = False,
-    ) -> CollectionFile:
+    ) -> VectorStoreFile:
         return jobs.fail(
             self._conn(),
             job_id=job_id,
@@ -697,7 +697,7 @@ class Repository:
         self,
         limit: int,
         operation: str | None = None,
-        collection_id: str | None = None,
+        vector_store_id: str | None = None,
         before_id: int | None = None,
         key_name: str | None = None,
     ) -> Page[AuditEntry]:
@@ -705,7 +705,7 @@ class Repository:
             self._conn(),
             limit=limit,
             operation=operation,
-            collection_id=collection_id,
+            vector_store_id=vector_store_id,
             before_id=before_id,
             key_name=key_name,
         )
@@ -729,7 +729,7 @@ class Repository:
             disk_free_bytes=usage.free_bytes,
             disk_total_bytes=usage.total_bytes,
             storage_full=self.disk.full,
-            models=catalog.models_in_use(self._conn(), served),
+            models=vector_stores.models_in_use(self._conn(), served),
             vector_index_error="" if self.vectors else vectors_error(),
             versions=process_versions() | library_versions(self._conn()),
         )

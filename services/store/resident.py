@@ -1,17 +1,17 @@
-"""Collections' vectors held in memory for search: numpy over a float32 matrix per collection.
+"""VectorStores' vectors held in memory for search: numpy over a float32 matrix per vector store.
 
 Why: sqlite-vec 0.1.9 scans its chunked tables at ~0.8 ms per 1,000 vectors (9 ms at 10k,
 87 ms at 100k here), and its coarse index costs 64 KNN queries and a join. The same floats in
 one numpy matrix are scanned at ~0.02 ms per 1,000 (a matrix-vector product). Large
-collections (`bits_min_rows`) also keep one sign bit per dimension (1/32 of the floats): a
+vector stores (`bits_min_rows`) also keep one sign bit per dimension (1/32 of the floats): a
 hamming scan over those picks `candidates` rows, and the floats rescore them exactly.
 
 The database stays the only source of truth; this is a cache of it, in the one process that
-opens it. A collection is loaded on its first search (one scan of its vectors), counted
-against a memory budget (the least recently searched collections are dropped past it) and
+opens it. A vector store is loaded on its first search (one scan of its vectors), counted
+against a memory budget (the least recently searched vector stores are dropped past it) and
 kept current by this process's own writes: vector_index's insert, delete and drop call
 `record`, and db.atomic() calls `committed` after COMMIT (`discarded` after a rollback), so
-only committed changes reach memory. A collection loaded while a write to it was in flight
+only committed changes reach memory. A vector store loaded while a write to it was in flight
 is used for that one search and loaded again by the next.
 
 No apsw here: callers hand in the rows they read.
@@ -35,7 +35,7 @@ Hits = list[tuple[int, float]]
 
 @dataclass(frozen=True)
 class ResidentSettings:
-    # Bytes of vectors (floats and sign bits) kept in memory over all collections; 0: off,
+    # Bytes of vectors (floats and sign bits) kept in memory over all vector stores; 0: off,
     # every search goes to SQLite (vector_index.py).
     budget_bytes: int = 2 << 30
     # From this many rows a search scans sign bits first and rescores candidates: a float scan
@@ -47,7 +47,7 @@ class ResidentSettings:
     # hamming scan, not the rescoring, is the cost (1.3 ms at 100k, 12 ms at 1M).
     min_candidates: int = 2048
     oversample: int = 40
-    # A collection of at most this many chunks is loaded by the search that first needs it
+    # A vector store of at most this many chunks is loaded by the search that first needs it
     # (~8 us a row from vec0: 0.15 s); larger ones by the background builder, meanwhile
     # their searches go to SQLite.
     inline_rows: int = 20_000
@@ -61,8 +61,8 @@ class Change:
     dropped: bool = False
 
 
-class Collection:
-    """One collection's vectors: rows are appended into buffers that grow by doubling, and
+class VectorStore:
+    """One vector_store's vectors: rows are appended into buffers that grow by doubling, and
     a search works on a consistent prefix of them (`count` is published last)."""
 
     def __init__(
@@ -130,7 +130,7 @@ class Collection:
 
     def sort(self) -> None:
         """Puts the rows in rowid order (after a load that read them in another), so that
-        deletions bisect. Not for a collection searches already use."""
+        deletions bisect. Not for a vector store searches already use."""
         with self._lock:
             n = self.count
             if self._sorted or n == 0:
@@ -187,7 +187,7 @@ class Collection:
         return sorted(found, key=lambda hit: (hit[1], hit[0]))
 
 
-# Rows read per slice while loading a collection.
+# Rows read per slice while loading a vector store.
 _LOAD_SLICE = 16_384
 
 
@@ -219,12 +219,12 @@ class _Pending:
 
 
 class Resident:
-    """The resident collections of one database, by collection key."""
+    """The resident vector stores of one database, by vector store key."""
 
     def __init__(self, settings: ResidentSettings) -> None:
         self.settings = settings
         self._lock = threading.Lock()
-        self._collections: OrderedDict[int, Collection] = OrderedDict()
+        self._vector_stores: OrderedDict[int, VectorStore] = OrderedDict()
         # Bumped by every committed change to a key: a load that saw another value is stale.
         self._versions: dict[int, int] = {}
         self._wanted: set[int] = set()
@@ -236,7 +236,7 @@ class Resident:
         return self._versions.get(key, 0)
 
     def wanted(self, key: int) -> None:
-        """A search needed this collection: the next warm-up loads it first."""
+        """A search needed this vector store: the next warm-up loads it first."""
         with self._lock:
             self._wanted.add(key)
 
@@ -248,11 +248,11 @@ class Resident:
     def fits(self, dimensions: int, rows: int) -> bool:
         return 4 * dimensions * rows <= self.settings.budget_bytes
 
-    def get(self, key: int) -> Collection | None:
+    def get(self, key: int) -> VectorStore | None:
         with self._lock:
-            found = self._collections.get(key)
+            found = self._vector_stores.get(key)
             if found is not None:
-                self._collections.move_to_end(key)
+                self._vector_stores.move_to_end(key)
             return found
 
     def load(
@@ -262,13 +262,13 @@ class Resident:
         rows: Callable[[], Iterable[tuple[int, bytes]]],
         expected_rows: int,
         owner: str = "",
-    ) -> Collection | None:
-        """Reads a collection with `rows()` (inside the caller's read transaction) and keeps
+    ) -> VectorStore | None:
+        """Reads a vector store with `rows()` (inside the caller's read transaction) and keeps
         it if it fits the budget and nothing changed it meanwhile; None if it cannot fit."""
         if not self.fits(dimensions, expected_rows):
             return None
         version, generation = self.version(key), self._generation
-        loaded = Collection(dimensions, self.settings, owner, capacity=expected_rows)
+        loaded = VectorStore(dimensions, self.settings, owner, capacity=expected_rows)
         # In slices, so that a million rows never sit in memory twice as Python bytes.
         ids: list[int] = []
         blobs: list[bytes] = []
@@ -284,28 +284,28 @@ class Resident:
         with self._lock:
             if self.version(key) != version or self._generation != generation:
                 return loaded  # a commit raced the load: good for this snapshot only
-            self._collections[key] = loaded
-            self._collections.move_to_end(key)
+            self._vector_stores[key] = loaded
+            self._vector_stores.move_to_end(key)
             self._evict(keep=key)
         return loaded
 
     def _evict(self, keep: int) -> None:
-        total = sum(c.nbytes for c in self._collections.values())
-        for key in list(self._collections):
+        total = sum(c.nbytes for c in self._vector_stores.values())
+        for key in list(self._vector_stores):
             if total <= self.settings.budget_bytes:
                 break
             if key != keep:
-                total -= self._collections.pop(key).nbytes
+                total -= self._vector_stores.pop(key).nbytes
 
     def apply(self, changes: Sequence[Change]) -> None:
         with self._lock:
             for change in changes:
                 self._versions[change.key] = self.version(change.key) + 1
-                found = self._collections.get(change.key)
+                found = self._vector_stores.get(change.key)
                 if found is None:
                     continue
                 if change.dropped:
-                    del self._collections[change.key]
+                    del self._vector_stores[change.key]
                     continue
                 if change.deleted:
                     found.delete(change.deleted)
@@ -317,20 +317,20 @@ class Resident:
                     found.append(ids, matrix)
             self._evict(keep=-1)
 
-    def loaded(self) -> dict[int, Collection]:
-        """The collections in memory now, by key."""
+    def loaded(self) -> dict[int, VectorStore]:
+        """The vector stores in memory now, by key."""
         with self._lock:
-            return dict(self._collections)
+            return dict(self._vector_stores)
 
     @property
     def nbytes(self) -> int:
         with self._lock:
-            return sum(c.nbytes for c in self._collections.values())
+            return sum(c.nbytes for c in self._vector_stores.values())
 
     def forget(self) -> None:
-        """Drops every collection: the database's content was replaced (a restore)."""
+        """Drops every vector store: the database's content was replaced (a restore)."""
         with self._lock:
-            self._collections.clear()
+            self._vector_stores.clear()
             self._versions = {key: value + 1 for key, value in self._versions.items()}
             self._generation += 1
 
@@ -368,7 +368,7 @@ def record(conn: object, change: Change) -> None:
 
 def committed(conn: object, filename: str) -> None:
     """The connection's transaction committed: its changes reach the database's resident
-    collections (if any are loaded)."""
+    vector stores (if any are loaded)."""
     pending = _pending.pop(conn, None)
     if pending is None or not pending.changes:
         return

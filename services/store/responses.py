@@ -23,6 +23,7 @@ from typing import Any
 
 import apsw
 
+from services.common.vocabulary import ENDED_RESPONSE_STATUSES, PENDING_RESPONSE_STATUSES
 from services.store import access, conversations
 from services.store.conversations import ITEM_COLUMNS, ITEM_FROM, item_record
 from services.store.db import atomic
@@ -43,8 +44,8 @@ from services.store.records import (
     ResponseRecord,
 )
 
-STATUSES = ("completed", "incomplete", "failed", "cancelled")
-PENDING_STATUSES = ("queued", "in_progress")
+STATUSES = ENDED_RESPONSE_STATUSES
+PENDING_STATUSES = PENDING_RESPONSE_STATUSES
 # A lease of a background response at most, in seconds.
 MAX_LEASE = 3600.0
 LEASE_LOST = {

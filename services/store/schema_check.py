@@ -5,7 +5,7 @@ every route into a 500 while /ready says 200.
 The reference is built, not written down: the migrations up to the file's version run on an
 empty database in memory, and each vector store's own tables (vec_N, vecf_N, vecq_N, fts_N)
 are made by the code that makes them, once per kind of vector store and
-renamed for each key the file's `collections` holds (300 vector stores: 0.6 s). Tables are
+renamed for each key the file's `vector_stores` holds (300 vector stores: 0.6 s). Tables are
 compared by what SQLite reports of them (columns, foreign keys, strictness), so the way a
 released migration's text was laid out never refuses a sound backup; virtual tables, indexes
 and triggers by their SQL with whitespace collapsed. The tables FTS5 and sqlite-vec keep for
@@ -32,6 +32,8 @@ from services.store.db import load_vectors, vectors_available
 VECTOR_INDEX_SINCE = 5
 FULLTEXT_PER_STORE_SINCE = 9
 FULLTEXT_OUTSIDE_SINCE = 14
+# Migration 15 renamed the table of vector stores (it was `collections`).
+VECTOR_STORES_SINCE = 15
 # Tables ragd never reads that others make in its database: SQLite (ANALYZE; sqlite_sequence
 # is in the reference, made with the first AUTOINCREMENT table) and Litestream, which keeps
 # its own in the database it replicates (replica.py).
@@ -56,14 +58,13 @@ def problems(conn: apsw.Connection, version: int, migrations: Migrations) -> lis
     expected = _reference(migrations[:version])
     wrong = _compare(found, expected, per_store=False)
     if wrong:
-        # The vector stores' keys are read from `collections` once it is known to be ragd's.
+        # The vector stores' keys are read from `vector_stores` once it is known to be ragd's.
         return wrong
     kind = "vector_index" if version >= VECTOR_INDEX_SINCE else f"'{EXACT}'"
+    table = "vector_stores" if version >= VECTOR_STORES_SINCE else "collections"
     keys = {
         int(key): (int(dimensions), str(index))
-        for key, dimensions, index in conn.execute(
-            f"SELECT id, dimensions, {kind} FROM collections"
-        )
+        for key, dimensions, index in conn.execute(f"SELECT id, dimensions, {kind} FROM {table}")
     }
     vectors = vectors_available()
     if not vectors:

@@ -14,8 +14,8 @@ way, with writes waiting: an operator runs that first vacuum in a quiet hour. Ev
 is incremental.
 
 vec0 tables keep the slots of deleted vectors until they are re-packed (vector_index.compact),
-which copies a collection's vectors in one transaction: done here only for collections of up
-to COMPACT_MAX_ROWS chunks (one short transaction each), so a larger collection keeps its empty
+which copies a vector_store's vectors in one transaction: done here only for vector stores of up
+to COMPACT_MAX_ROWS chunks (one short transaction each), so a larger vector store keeps its empty
 slots (`vector_slots` in the stats shows them).
 """
 
@@ -47,7 +47,7 @@ def _pragma(conn: apsw.Connection, name: str) -> int:
 
 
 def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> VacuumResult:
-    """Compacts the small collections' vector tables and gives the free pages back to the
+    """Compacts the small vector_stores' vector tables and gives the free pages back to the
     disk, in slices (see the module's docstring); copies the WAL back as it goes unless
     `checkpoint` is False (Litestream owns checkpoints, see db.open_database)."""
     started = time.monotonic()
@@ -56,7 +56,7 @@ def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> Vac
     if vectors_available():
         rows = cast(
             list[tuple[int, int]],
-            conn.execute("SELECT id, chunk_count FROM collections ORDER BY id").fetchall(),
+            conn.execute("SELECT id, chunk_count FROM vector_stores ORDER BY id").fetchall(),
         )
         for key, chunks in rows:
             if chunks > COMPACT_MAX_ROWS:

@@ -1,6 +1,6 @@
-"""A collection's vectors and the two ways to search them: exact and coarse + rescore.
+"""A vector_store's vectors and the two ways to search them: exact and coarse + rescore.
 
-Tables per collection (key = collections.id, rowid = chunks.id everywhere):
+Tables per vector store (key = vector stores.id, rowid = chunks.id everywhere):
 
 - vec_<key>: vec0 float[D] distance_metric=cosine, always there. sqlite-vec 0.1.9 searches it
   by brute force (~80 ms at 100k x 384 here): the exact path.
@@ -17,7 +17,7 @@ probability. Rowid partitions need no training or rebalancing. The research behi
 numbers (recall@10 0.9955 at 10 ms p50 on 100k real MiniLM vectors) is in
 docs/design/coarse-index/.
 
-The coarse tables cost ~1.6 KiB a row and pay off only on large collections, so a collection
+The coarse tables cost ~1.6 KiB a row and pay off only on large vector stores, so a vector store
 starts `exact` and a background builder (`build_step`) creates and fills them once it reaches
 `min_rows`; meanwhile (`building`) writers keep both copies and searches stay exact. `coarse`
 means the coarse tables hold exactly the rows of vec_<key>.
@@ -39,7 +39,7 @@ from services.store import resident
 from services.store.db import atomic, database_key, vectors_available, vectors_error
 from services.store.errors import VectorsUnavailable
 
-# collections.vector_index
+# vector stores.vector_index
 KINDS = INDEX_KINDS
 
 # sqlite-vec's limit on k in a KNN query.
@@ -50,9 +50,9 @@ PARTITIONS = 64
 
 @dataclass(frozen=True)
 class IndexSettings:
-    # Off: every collection stays exact and no coarse table is built.
+    # Off: every vector store stays exact and no coarse table is built.
     coarse: bool = True
-    # A collection gets a coarse index at this many vectors. Below it the exact scan costs
+    # A vector store gets a coarse index at this many vectors. Below it the exact scan costs
     # at most ~13 ms (0.8 ms per 1k rows here).
     min_rows: int = 16_384
     # Coarse candidates C = max(min_candidates, k * oversample): 640 rows rescored for k = 10.
@@ -81,9 +81,9 @@ class IndexSettings:
 
 
 def vec_table(key: int) -> str:
-    """The vec0 table of a collection, named from its integer key only (never from input)."""
+    """The vec0 table of a vector store, named from its integer key only (never from input)."""
     if not isinstance(key, int) or isinstance(key, bool) or key <= 0:
-        raise ValueError(f"collection key must be a positive integer, got {key!r}")
+        raise ValueError(f"vector_store key must be a positive integer, got {key!r}")
     return f"vec_{key:d}"
 
 
@@ -99,7 +99,7 @@ def coarse_table(key: int) -> str:
 
 
 def create_tables(conn: apsw.Connection, key: int, dimensions: int) -> None:
-    """DDL for a new collection, inside the caller's transaction. It starts exact. Without
+    """DDL for a new vector store, inside the caller's transaction. It starts exact. Without
     sqlite-vec there is none yet: create_missing makes it once sqlite-vec loads."""
     if not vectors_available():
         return
@@ -117,11 +117,11 @@ def has_table(conn: apsw.Connection, key: int) -> bool:
 
 
 def create_missing(conn: apsw.Connection) -> int:
-    """Creates the vec0 tables of collections made while sqlite-vec was not loaded; returns
+    """Creates the vec0 tables of vector stores made while sqlite-vec was not loaded; returns
     how many. Called at startup, when it is."""
     made = 0
     with atomic(conn):
-        rows = conn.execute("SELECT id, dimensions FROM collections ORDER BY id").fetchall()
+        rows = conn.execute("SELECT id, dimensions FROM vector_stores ORDER BY id").fetchall()
         for key, dimensions in rows:
             if not has_table(conn, cast(int, key)):
                 create_tables(conn, cast(int, key), cast(int, dimensions))
@@ -150,19 +150,19 @@ def drop_tables(conn: apsw.Connection, key: int) -> None:
 
 
 def _stored_kind(conn: apsw.Connection, key: int) -> str | None:
-    row = conn.execute("SELECT vector_index FROM collections WHERE id = ?", (key,)).fetchone()
+    row = conn.execute("SELECT vector_index FROM vector_stores WHERE id = ?", (key,)).fetchone()
     return None if row is None else cast(str, row[0])
 
 
 def kind(conn: apsw.Connection, key: int) -> str:
     found = _stored_kind(conn, key)
     if found is None:
-        raise RuntimeError(f"collection key {key} vanished inside a transaction")
+        raise RuntimeError(f"vector_store key {key} vanished inside a transaction")
     return found
 
 
 def insert(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, bytes]]) -> None:
-    """Writes (chunk id, float32 blob) pairs to every table the collection has (in the
+    """Writes (chunk id, float32 blob) pairs to every table the vector store has (in the
     caller's transaction)."""
     _need_vectors("writing vectors")
     conn.executemany(f"INSERT INTO {vec_table(key)} (rowid, embedding) VALUES (?, ?)", rows)
@@ -228,12 +228,12 @@ def _slots(conn: apsw.Connection, table: str) -> VectorSlots | None:
 
 
 def vector_slots(conn: apsw.Connection, key: int) -> VectorSlots | None:
-    """The fill of a collection's float vec0 table (callers count rows the slow way on None)."""
+    """The fill of a vector_store's float vec0 table (callers count rows the slow way on None)."""
     return _slots(conn, vec_table(key))
 
 
 def compact(conn: apsw.Connection, key: int) -> bool:
-    """Re-packs a collection's vec0 tables where deletions left more chunks than their rows
+    """Re-packs a vector_store's vec0 tables where deletions left more chunks than their rows
     need, inside the caller's transaction; True if any was rebuilt.
 
     sqlite-vec 0.1 stores vectors in fixed chunks (1024 slots) and frees a chunk only when
@@ -287,11 +287,11 @@ def repack_coarse(conn: apsw.Connection, key: int) -> bool:
 
 
 def pending_builds(conn: apsw.Connection, settings: IndexSettings) -> list[int]:
-    """Collections whose coarse index should be built or finished, smallest key first."""
+    """VectorStores whose coarse index should be built or finished, smallest key first."""
     if not settings.coarse:
         return []
     rows = conn.execute(
-        "SELECT id FROM collections WHERE vector_index = ?"
+        "SELECT id FROM vector_stores WHERE vector_index = ?"
         " OR (vector_index = ? AND chunk_count >= ? AND dimensions % 8 = 0) ORDER BY id",
         (BUILDING, EXACT, settings.min_rows),
     ).fetchall()
@@ -303,26 +303,26 @@ def build_step(conn: apsw.Connection, key: int, after: int, settings: IndexSetti
     copies up to build_batch vectors with rowid > `after` that the coarse tables lack.
 
     Returns the last rowid copied (pass it back as `after`), or None when the build is
-    finished (the collection is then `coarse`) or no longer wanted (it was deleted). Rows
+    finished (the vector store is then `coarse`) or no longer wanted (it was deleted). Rows
     written meanwhile reach the coarse tables through `insert`, so the copy skips them.
     """
     with atomic(conn):
         row = conn.execute(
-            "SELECT vector_index, dimensions FROM collections WHERE id = ?", (key,)
+            "SELECT vector_index, dimensions FROM vector_stores WHERE id = ?", (key,)
         ).fetchone()
         if row is None or row[0] == COARSE:
             return None
         if row[0] == EXACT:
             create_coarse(conn, key, cast(int, row[1]))
-            conn.execute("UPDATE collections SET vector_index = ? WHERE id = ?", (BUILDING, key))
+            conn.execute("UPDATE vector_stores SET vector_index = ? WHERE id = ?", (BUILDING, key))
         ids = conn.execute(
-            f"SELECT c.id FROM chunks AS c WHERE c.collection_id = ? AND c.id > ?"
+            f"SELECT c.id FROM chunks AS c WHERE c.vector_store_id = ? AND c.id > ?"
             f" AND NOT EXISTS (SELECT 1 FROM {float_table(key)} AS f WHERE f.id = c.id)"
             " ORDER BY c.id LIMIT ?",
             (key, after, settings.build_batch),
         ).fetchall()
         if not ids:
-            conn.execute("UPDATE collections SET vector_index = ? WHERE id = ?", (COARSE, key))
+            conn.execute("UPDATE vector_stores SET vector_index = ? WHERE id = ?", (COARSE, key))
             return None
         # vec0 serves a rowid only as a point lookup; the batch bounds their count.
         lookup = f"SELECT embedding FROM {vec_table(key)} WHERE rowid = ?"
@@ -389,7 +389,7 @@ def nearest_ids(
     """The k rowids nearest to `query` (float32 blob) by cosine distance, as (rowid, distance)
     ordered by (distance, rowid). Call it inside one read transaction.
 
-    `rows` is the collection's vector count, `index` its vector_index. Filtering is always
+    `rows` is the vector_store's vector count, `index` its vector_index. Filtering is always
     exact: rows outside `allowed` never appear and rows inside it are never lost to a
     post-filter. Ranking is exact on the exact paths (`exact=True` forces them) and
     approximate on the coarse path.
@@ -446,11 +446,11 @@ def resident_nearest(
     settings: resident.ResidentSettings,
     exact: bool = False,
 ) -> Hits | None:
-    """`nearest_ids` without a filter, from the collection's vectors in memory; None when
-    they are not there (the caller searches SQLite). A small collection not yet in memory is
+    """`nearest_ids` without a filter, from the vector_store's vectors in memory; None when
+    they are not there (the caller searches SQLite). A small vector store not yet in memory is
     loaded now, inside the caller's read transaction; a larger one is left to `warm` (the
     background builder), so a search never waits for a long load. `owner` is the
-    collection's public id, which tells a collection from another of the same key in a
+    vector_store's public id, which tells a vector store from another of the same key in a
     database made anew under the same path."""
     found = resident.for_database(database_key(conn), settings)
     if found is None:
@@ -467,13 +467,13 @@ def resident_nearest(
 
 
 def in_memory(conn: apsw.Connection, owner: str, settings: resident.ResidentSettings) -> bool:
-    """Whether the collection with this public id has its vectors in memory."""
+    """Whether the vector store with this public id has its vectors in memory."""
     found = resident.for_database(database_key(conn), settings)
     return found is not None and any(c.owner == owner for c in found.loaded().values())
 
 
 def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
-    """Loads one collection into memory that a search wanted, else the most recently active
+    """Loads one vector store into memory that a search wanted, else the most recently active
     one not there yet, if it fits the budget; True if it loaded one (call again)."""
     found = resident.for_database(database_key(conn), settings)
     if found is None or not vectors_available():
@@ -483,7 +483,7 @@ def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
         rows = cast(
             list[tuple[int, str, int, int]],
             conn.execute(
-                "SELECT id, public_id, dimensions, chunk_count FROM collections"
+                "SELECT id, public_id, dimensions, chunk_count FROM vector_stores"
                 " WHERE shadow_of IS NULL AND chunk_count > 0 ORDER BY last_active_at DESC, id"
             ).fetchall(),
         )

@@ -47,7 +47,7 @@ async def file_search(
     `first`."""
     asked = [
         Search(
-            store_id,
+            vector_store_id,
             queries,
             tool.max_num_results,
             DEFAULT_SEARCH_MODE,
@@ -55,7 +55,7 @@ async def file_search(
             tool.filter,
         )
         for tool in tools
-        for store_id in tool.vector_store_ids
+        for vector_store_id in tool.vector_store_ids
     ]
     # One embedding of the queries per model for every store (lexical where it is down).
     found = await search_many(embedders, store, asked, deadlines)

@@ -213,8 +213,8 @@ def _file_search(tool: dict[str, Any], index: int) -> FileSearchTool:
     ):
         # OpenAI: one or two vector stores per file_search tool.
         raise invalid(f"'{name}.vector_store_ids' must list 1 or 2 vector store ids", "tools")
-    for store_id in ids:
-        check_text(store_id, f"{name}.vector_store_ids", 256, param="tools")
+    for vector_store_id in ids:
+        check_text(vector_store_id, f"{name}.vector_store_ids", 256, param="tools")
     k = optional_int(tool, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
     ranking = optional_object(tool, "ranking_options") or {}
     ranker = optional_str(ranking, "ranker", "auto")

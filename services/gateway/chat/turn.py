@@ -412,9 +412,9 @@ async def prepare(
         # An unknown vector store is a 404 now, not a failure in the middle of the turn.
         await asyncio.gather(
             *(
-                store.GetCollection(store_pb2.GetCollectionRequest(id=store_id))
+                store.GetVectorStore(store_pb2.GetVectorStoreRequest(id=vector_store_id))
                 for tool in searches
-                for store_id in tool.vector_store_ids
+                for vector_store_id in tool.vector_store_ids
             )
         )
     elif searches and request.tools.choice.mode != "none":

@@ -114,7 +114,7 @@ async def vacuum(request: Request) -> JSONResponse:
             "bytes_before": reply.bytes_before,
             "bytes_after": reply.bytes_after,
             "seconds": round(reply.seconds, 3),
-            "compacted_vector_stores": reply.compacted_collections,
+            "compacted_vector_stores": reply.compacted_vector_stores,
         }
     )
 
@@ -131,7 +131,7 @@ async def stats(request: Request) -> JSONResponse:
                 "db_bytes": reply.db_bytes,
                 "wal_bytes": reply.wal_bytes,
                 "free_bytes": reply.free_bytes,
-                "vector_stores": reply.collections,
+                "vector_stores": reply.vector_stores,
                 "files": reply.files,
                 "file_bytes": reply.file_bytes,
                 "chunks": reply.chunks,
@@ -164,7 +164,7 @@ async def stats(request: Request) -> JSONResponse:
                     "vector_slots": item.vector_slots,
                     "usage_bytes": item.usage_bytes,
                 }
-                for item in reply.per_collection
+                for item in reply.per_vector_store
             ],
             "replica": _replica(reply.replica) if reply.HasField("replica") else None,
         }
@@ -197,7 +197,7 @@ async def audit(request: Request) -> JSONResponse:
         store_pb2.ListAuditRequest(
             limit=query_int(request, "limit", 100, 1, 1000),
             operation=operation,
-            collection_id=request.query_params.get("store", ""),
+            vector_store_id=request.query_params.get("store", ""),
             before_id=query_int(request, "before", 0, 0, 2**62),
             key_name=request.query_params.get("key", ""),
         ),
@@ -207,7 +207,7 @@ async def audit(request: Request) -> JSONResponse:
             "id": entry.id,
             "at": entry.at,
             "operation": entry.operation,
-            "vector_store_id": entry.collection_id or None,
+            "vector_store_id": entry.vector_store_id or None,
             "k": entry.k,
             "latency_ms": round(entry.latency_ms, 3),
             "result_count": entry.result_count,

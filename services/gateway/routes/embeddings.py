@@ -10,10 +10,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.common import tracing
+from services.common.model_info import ModelInfo
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge
-from services.gateway.clients import EmbedderClient, ModelInfo
+from services.gateway.clients import EmbedderClient
 from services.gateway.errors import InvalidRequest, invalid
 from services.gateway.models import embeddings_model
 from services.gateway.params import json_body, optional_str

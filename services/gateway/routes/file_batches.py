@@ -7,11 +7,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from services.common.model_info import ModelInfo
 from services.common.vocabulary import MAX_BATCH_FILES
 from services.gateway import objects
 from services.gateway.attach import Attachment
 from services.gateway.auth import key_name
-from services.gateway.clients import ModelInfo
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
 from services.gateway.params import attributes, json_body
@@ -22,7 +22,7 @@ from services.pb import store_pb2
 async def create_batch(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request)
-    model = await deps.attacher.model(request.path_params["store_id"])
+    model = await deps.attacher.model(request.path_params["vector_store_id"])
     file_ids, files = body.get("file_ids"), body.get("files")
     if (file_ids is None) == (files is None):
         raise invalid("send either 'file_ids' or 'files', not both", param="file_ids")
@@ -43,7 +43,7 @@ async def create_batch(request: Request) -> JSONResponse:
             param="file_ids" if file_ids is not None else "files",
         )
     batch = await deps.attacher.attach_batch(
-        request.path_params["store_id"], entries, key_name(request.scope)
+        request.path_params["vector_store_id"], entries, key_name(request.scope)
     )
     return JSONResponse(objects.file_batch(batch))
 
@@ -60,7 +60,8 @@ def _entry(item: Any, index: int, model: ModelInfo) -> Attachment:
 
 def _ref(request: Request) -> store_pb2.FileBatchRef:
     return store_pb2.FileBatchRef(
-        collection_id=request.path_params["store_id"], batch_id=request.path_params["batch_id"]
+        vector_store_id=request.path_params["vector_store_id"],
+        batch_id=request.path_params["batch_id"],
     )
 
 

@@ -9,8 +9,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from services.common.vocabulary import SCOPES
 from services.gateway.errors import invalid
-from services.gateway.keys import SCOPES
 from services.gateway.params import json_body, optional_int, optional_str, required_str
 from services.gateway.routes import services
 from services.pb import store_pb2
@@ -35,7 +35,7 @@ def key_object(key: store_pb2.ApiKey) -> dict[str, Any]:
             "requests": key.requests,
             "searches": key.searches,
             "embedded_tokens": key.embedded_tokens,
-            "embedded_tokens_today": key.tokens_today,
+            "embedded_tokens_today": key.embedded_tokens_today,
             "bytes_stored": key.bytes_stored,
         },
     }

@@ -53,9 +53,13 @@ async def create_response(request: Request) -> Response:
         body, settings.model if settings else "", settings is None or settings.tools
     )
     # The audit entry names the vector stores the turn may search.
-    searched = [store_id for tool in asked.tools.searches for store_id in tool.vector_store_ids]
+    searched = [
+        vector_store_id
+        for tool in asked.tools.searches
+        for vector_store_id in tool.vector_store_ids
+    ]
     if searched:
-        request.scope[AUDIT_INFO] = {"collection_id": ",".join(dict.fromkeys(searched))}
+        request.scope[AUDIT_INFO] = {"vector_store_id": ",".join(dict.fromkeys(searched))}
     chat = upstream(deps)
     config = deps.config
     turn = await prepare(

@@ -23,9 +23,10 @@ from services.gateway.uploads import Upload, form_json, read_upload, text_upload
 from services.pb import store_pb2
 
 
-def _ref(request: Request) -> store_pb2.CollectionFileRef:
-    return store_pb2.CollectionFileRef(
-        collection_id=request.path_params["store_id"], file_id=request.path_params["file_id"]
+def _ref(request: Request) -> store_pb2.VectorStoreFileRef:
+    return store_pb2.VectorStoreFileRef(
+        vector_store_id=request.path_params["vector_store_id"],
+        file_id=request.path_params["file_id"],
     )
 
 
@@ -53,14 +54,14 @@ async def attach_file(request: Request) -> JSONResponse:
     item = attach.Attachment(
         strategy=resolve_chunking(
             form_json(fields, "chunking_strategy"),
-            await deps.attacher.model(request.path_params["store_id"]),
+            await deps.attacher.model(request.path_params["vector_store_id"]),
         ),
         file_id=file_id,
         upload=content,
         attributes=attributes({"attributes": form_json(fields, "attributes")}),
     )
     attached = await deps.attacher.attach(
-        request.path_params["store_id"], item, key_name(request.scope)
+        request.path_params["vector_store_id"], item, key_name(request.scope)
     )
     if content is not None and not attached.deduplicated:
         charge(request.scope, stored=len(content.content))
@@ -71,9 +72,9 @@ async def list_files(request: Request) -> JSONResponse:
     status = request.query_params.get("filter", "")
     if status and status not in FILE_STATUSES:
         raise invalid(f"'filter' must be one of {', '.join(FILE_STATUSES)}", param="filter")
-    reply = await services(request).store.ListCollectionFiles(
-        store_pb2.ListCollectionFilesRequest(
-            collection_id=request.path_params["store_id"],
+    reply = await services(request).store.ListVectorStoreFiles(
+        store_pb2.ListVectorStoreFilesRequest(
+            vector_store_id=request.path_params["vector_store_id"],
             **paging(request),
             status=status,
             batch_id=request.path_params.get("batch_id", ""),
@@ -84,7 +85,7 @@ async def list_files(request: Request) -> JSONResponse:
 
 
 async def get_file(request: Request) -> JSONResponse:
-    item = await services(request).store.GetCollectionFile(_ref(request))
+    item = await services(request).store.GetVectorStoreFile(_ref(request))
     return JSONResponse(objects.vector_store_file(item), headers=poll_headers(request))
 
 
@@ -93,9 +94,9 @@ async def update_file(request: Request) -> JSONResponse:
     if "attributes" not in body:
         raise invalid("'attributes' is required", param="attributes")
     ref = _ref(request)
-    item = await services(request).store.UpdateCollectionFile(
-        store_pb2.UpdateCollectionFileRequest(
-            collection_id=ref.collection_id,
+    item = await services(request).store.UpdateVectorStoreFile(
+        store_pb2.UpdateVectorStoreFileRequest(
+            vector_store_id=ref.vector_store_id,
             file_id=ref.file_id,
             attributes=attributes_message(attributes(body)),
         )
@@ -111,7 +112,7 @@ async def delete_file(request: Request) -> JSONResponse:
 
 
 async def file_content(request: Request) -> JSONResponse:
-    reply = await services(request).store.GetCollectionFileChunks(_ref(request))
+    reply = await services(request).store.GetVectorStoreFileChunks(_ref(request))
     return JSONResponse(
         {
             "object": "vector_store.file_content.page",

@@ -77,8 +77,8 @@ async def create_vector_store(request: Request) -> JSONResponse:
     await asyncio.gather(
         *(deps.store.GetFile(store_pb2.GetFileRequest(id=file_id)) for file_id in set(file_ids))
     )
-    collection = await deps.store.CreateCollection(
-        store_pb2.CreateCollectionRequest(
+    vector_store = await deps.store.CreateVectorStore(
+        store_pb2.CreateVectorStoreRequest(
             name=name,
             metadata=meta,
             model=model.name,
@@ -90,34 +90,34 @@ async def create_vector_store(request: Request) -> JSONResponse:
     )
     if file_ids:
         items = [Attachment(chunking, file_id=file_id) for file_id in file_ids]
-        await deps.attacher.attach_batch(collection.id, items, key_name(request.scope))
-        collection = await deps.store.GetCollection(
-            store_pb2.GetCollectionRequest(id=collection.id)
+        await deps.attacher.attach_batch(vector_store.id, items, key_name(request.scope))
+        vector_store = await deps.store.GetVectorStore(
+            store_pb2.GetVectorStoreRequest(id=vector_store.id)
         )
-    return JSONResponse(objects.vector_store(collection))
+    return JSONResponse(objects.vector_store(vector_store))
 
 
 async def list_vector_stores(request: Request) -> JSONResponse:
-    reply = await services(request).store.ListCollections(
-        store_pb2.ListCollectionsRequest(
+    reply = await services(request).store.ListVectorStores(
+        store_pb2.ListVectorStoresRequest(
             **paging(request),
         )
     )
     # The store lists what the request's key reaches (its project's, or only its own stores).
-    data = [objects.vector_store(c) for c in reply.collections]
+    data = [objects.vector_store(c) for c in reply.vector_stores]
     return JSONResponse(objects.page(data, reply.has_more))
 
 
 async def get_vector_store(request: Request) -> JSONResponse:
-    collection = await services(request).store.GetCollection(
-        store_pb2.GetCollectionRequest(id=request.path_params["store_id"])
+    vector_store = await services(request).store.GetVectorStore(
+        store_pb2.GetVectorStoreRequest(id=request.path_params["vector_store_id"])
     )
-    return JSONResponse(objects.vector_store(collection))
+    return JSONResponse(objects.vector_store(vector_store))
 
 
 async def update_vector_store(request: Request) -> JSONResponse:
     body = await json_body(request)
-    update = store_pb2.UpdateCollectionRequest(id=request.path_params["store_id"])
+    update = store_pb2.UpdateVectorStoreRequest(id=request.path_params["vector_store_id"])
     if "name" in body:
         update.has_name = True
         update.name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
@@ -128,13 +128,13 @@ async def update_vector_store(request: Request) -> JSONResponse:
         expires = _expires_after(body)
         update.has_expires = True
         update.expires_anchor, update.expires_days = expires or ("", 0)
-    collection = await services(request).store.UpdateCollection(update)
-    return JSONResponse(objects.vector_store(collection))
+    vector_store = await services(request).store.UpdateVectorStore(update)
+    return JSONResponse(objects.vector_store(vector_store))
 
 
 async def delete_vector_store(request: Request) -> JSONResponse:
-    reply = await services(request).store.DeleteCollection(
-        store_pb2.DeleteCollectionRequest(id=request.path_params["store_id"])
+    reply = await services(request).store.DeleteVectorStore(
+        store_pb2.DeleteVectorStoreRequest(id=request.path_params["vector_store_id"])
     )
     return JSONResponse(
         {"id": reply.id, "object": "vector_store.deleted", "deleted": reply.deleted}
@@ -171,7 +171,7 @@ def _queries(body: dict[str, Any]) -> list[str]:
     return queries
 
 
-def _search_request(store_id: str, body: dict[str, Any]) -> Search:
+def _search_request(vector_store_id: str, body: dict[str, Any]) -> Search:
     queries = _queries(body)
     mode = optional_str(body, "mode", DEFAULT_SEARCH_MODE) or DEFAULT_SEARCH_MODE
     if mode not in SEARCH_MODES:
@@ -192,13 +192,13 @@ def _search_request(store_id: str, body: dict[str, Any]) -> Search:
     if not isinstance(exact, bool):
         raise invalid("'exact' must be a boolean", param="exact")
     filters = parse_filter(body["filters"]) if body.get("filters") is not None else None
-    return Search(store_id, queries, k, mode, threshold, filters, exact)
+    return Search(vector_store_id, queries, k, mode, threshold, filters, exact)
 
 
 async def search_vector_store(request: Request) -> JSONResponse:
     started = time.perf_counter()
     deps = services(request)
-    asked = _search_request(request.path_params["store_id"], await json_body(request))
+    asked = _search_request(request.path_params["vector_store_id"], await json_body(request))
     config = deps.config
     deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
     found = await search(deps.embedders, deps.store, asked, deadlines)
@@ -218,7 +218,7 @@ async def search_vector_store(request: Request) -> JSONResponse:
     tracing.annotate(
         {
             "gen_ai.operation.name": "retrieval",
-            "gen_ai.data_source.id": asked.store_id,
+            "gen_ai.data_source.id": asked.vector_store_id,
             "ragd.search.mode": found.mode,
             "ragd.search.degraded": found.degraded,
             "ragd.search.results": len(data),
@@ -230,7 +230,7 @@ async def search_vector_store(request: Request) -> JSONResponse:
         detail = f"{found.mode} {json.dumps(list(asked.queries), ensure_ascii=False)}"
     request.scope[AUDIT_INFO] = {
         "operation": "search",
-        "collection_id": asked.store_id,
+        "vector_store_id": asked.vector_store_id,
         "k": asked.k,
         "result_count": len(data),
         "degraded": found.degraded,
@@ -275,20 +275,20 @@ async def reindex_vector_store(request: Request) -> JSONResponse:
     _, model = await new_store_model(body.get("embedding_model"), deps.embedders)
     chunking = body.get("chunking_strategy")
     message = store_pb2.StartReindexRequest(
-        collection_id=request.path_params["store_id"],
+        vector_store_id=request.path_params["vector_store_id"],
         model=store_model(model),
         max_chunk_tokens=model.max_input_tokens,
     )
     if chunking is not None:
         message.chunking.CopyFrom(resolve_chunking(chunking, model).message())
-    collection = await deps.store.StartReindex(message)
+    vector_store = await deps.store.StartReindex(message)
     deps.workers.wake()
-    return JSONResponse(objects.vector_store(collection))
+    return JSONResponse(objects.vector_store(vector_store))
 
 
 async def cancel_reindex(request: Request) -> JSONResponse:
     """Extension: stops the re-index in progress; the store keeps its old index."""
-    collection = await services(request).store.CancelReindex(
-        store_pb2.GetCollectionRequest(id=request.path_params["store_id"])
+    vector_store = await services(request).store.CancelReindex(
+        store_pb2.GetVectorStoreRequest(id=request.path_params["vector_store_id"])
     )
-    return JSONResponse(objects.vector_store(collection))
+    return JSONResponse(objects.vector_store(vector_store))

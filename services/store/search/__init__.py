@@ -1,8 +1,8 @@
-"""Searching one collection: vector (KNN over the embeddings), lexical (FTS5 bm25 over the
+"""Searching one vector store: vector (KNN over the embeddings), lexical (FTS5 bm25 over the
 chunk text) or hybrid (reciprocal rank fusion of both), behind one entry point.
 
-`run` validates the request once, reads the collection and both rankings from one database
-snapshot, applies the score threshold to the final scores and records the collection's use.
+`run` validates the request once, reads the vector store and both rankings from one database
+snapshot, applies the score threshold to the final scores and records the vector_store's use.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 
 from services.common.vectors import FloatMatrix, to_bytes
 from services.common.vocabulary import HYBRID, LEXICAL, SEARCH_MODES, VECTOR
-from services.store import catalog, fulltext
+from services.store import fulltext, vector_stores
 from services.store.compat import check_vectors
 from services.store.db import atomic, vectors_available, vectors_error
 from services.store.errors import FullTextUnavailable, InvalidArgument, VectorsUnavailable
@@ -60,7 +60,7 @@ def runnable_mode(mode: str, text: str) -> str:
 def run(
     conn: apsw.Connection,
     *,
-    collection_id: str,
+    vector_store_id: str,
     mode: str,
     query: FloatMatrix | bytes | None,
     text: str,
@@ -72,7 +72,7 @@ def run(
     index: IndexSettings,
     exact: bool = False,
 ) -> list[SearchHit]:
-    """The k best chunks of the collection for `mode` (empty: vector), best first, without
+    """The k best chunks of the vector store for `mode` (empty: vector), best first, without
     those scoring below the threshold. Lexical uses only `text`, vector only `query` (one
     L2-normalized vector; an empty `model` skips the model check), hybrid both. With a filter,
     only chunks of files whose attributes match compete. `exact` skips the coarse index.
@@ -96,7 +96,7 @@ def run(
         return vector.ranked(
             conn,
             key,
-            collection,
+            vector_store,
             query=blob,
             k=count,
             model=model,
@@ -106,10 +106,10 @@ def run(
         )
 
     ranks: dict[int, tuple[int, int]] = {}
-    lexical_ready = mode == VECTOR or _catch_up(conn, collection_id, mode)
+    lexical_ready = mode == VECTOR or _catch_up(conn, vector_store_id, mode)
     # One snapshot: a hybrid search's two rankings see the same chunks.
     with atomic(conn, write=False):
-        key, collection = catalog.lookup(conn, collection_id)
+        key, vector_store = vector_stores.lookup(conn, vector_store_id)
         if mode == VECTOR:
             ranked = nearest(k)
         elif mode == LEXICAL:
@@ -131,16 +131,16 @@ def run(
             ranks = _ranks(near, words)
         kept = [(chunk, s) for chunk, s in ranked if s >= score_threshold]
         found = hits.load(conn, kept, ranks)
-    catalog.touch(conn, key, collection, now)
+    vector_stores.touch(conn, key, vector_store, now)
     return found
 
 
-def _catch_up(conn: apsw.Connection, collection_id: str, mode: str) -> bool:
-    """Brings the collection's full-text index up to every write committed so far (outside
+def _catch_up(conn: apsw.Connection, vector_store_id: str, mode: str) -> bool:
+    """Brings the vector_store's full-text index up to every write committed so far (outside
     any transaction: it writes). False while the index is rebuilt: a hybrid search goes on by
     vector alone, a lexical one is refused."""
     with atomic(conn, write=False):
-        key, _ = catalog.lookup(conn, collection_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id)
     try:
         fulltext.for_database(conn).catch_up(conn, key)
     except fulltext.Unavailable as error:

@@ -1,6 +1,6 @@
 """OpenAI attribute filters: validation, compilation to SQL, and a pure-Python reference.
 
-A comparison tests one attribute of a file in a collection. Types never mix: a string value
+A comparison tests one attribute of a file in a vector store. Types never mix: a string value
 matches only string attributes, a number only numbers, a boolean only booleans. `eq` needs the
 attribute present with the same type and value; `ne` is its negation, so a missing attribute
 (or one of another type) matches `ne`. gt/gte/lt/lte need the attribute present with the same
@@ -191,17 +191,17 @@ def matches(node: Filter, attributes: Mapping[str, AttributeValue]) -> bool:
     return _PY_ORDER[node.op](present, node.value)
 
 
-# The files of a collection a compiled filter allows. The condition runs once per file, not per
+# The files of a vector store a compiled filter allows. The condition runs once per file, not per
 # chunk (tested per chunk row, its json_each would run 100k times at 100k chunks: ~30 ms).
 MATCHING_FILES_SQL = """
-    SELECT cf.file_id FROM collection_files AS cf
-    WHERE cf.collection_id = ? AND cf.status = 'completed' AND {condition}
+    SELECT cf.file_id FROM vector_store_files AS cf
+    WHERE cf.vector_store_id = ? AND cf.status = 'completed' AND {condition}
 """
 
 
 def matching_files(
     conn: apsw.Connection, key: int, condition: tuple[str, Sequence[Any]]
 ) -> list[str]:
-    """The completed files of collection `key` whose attributes pass a compiled filter."""
+    """The completed files of vector store `key` whose attributes pass a compiled filter."""
     sql = MATCHING_FILES_SQL.format(condition=condition[0])
     return [cast(str, row[0]) for row in conn.execute(sql, [key, *condition[1]]).fetchall()]

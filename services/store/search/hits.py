@@ -22,16 +22,16 @@ from services.store.records import SearchHit, chunk_public_id
 _DETAILS_SQL = """
 SELECT c.id, c.file_id, c.chunk_index, c.text, f.filename, cf.attributes
 FROM chunks AS c
-JOIN collection_files AS cf ON cf.collection_id = c.collection_id AND cf.file_id = c.file_id
+JOIN vector_store_files AS cf ON cf.vector_store_id = c.vector_store_id AND cf.file_id = c.file_id
 JOIN files AS f ON f.id = c.file_id
 WHERE c.id IN (SELECT value FROM json_each(?)) AND cf.status = 'completed'
 """
 
-# `+collection_id`: the rowids lead; with the plain term SQLite scans the collection's index,
+# `+vector_store_id`: the rowids lead; with the plain term SQLite scans the vector_store's index,
 # every chunk of it (~50 ms at 1M chunks), to find a hundred.
 _FILES_SQL = (
     "SELECT id, file_id FROM chunks"
-    " WHERE id IN (SELECT value FROM json_each(?)) AND +collection_id = ?"
+    " WHERE id IN (SELECT value FROM json_each(?)) AND +vector_store_id = ?"
 )
 
 # chunk key, file id, chunk index, text, filename, attributes JSON
@@ -47,9 +47,9 @@ class Candidate:
     score: float
 
 
-def files(conn: apsw.Connection, collection: int, keys: Sequence[int]) -> dict[int, str]:
-    """The file of each chunk key that exists in the collection."""
-    rows = conn.execute(_FILES_SQL, (json.dumps(list(keys)), collection)).fetchall()
+def files(conn: apsw.Connection, vector_store: int, keys: Sequence[int]) -> dict[int, str]:
+    """The file of each chunk key that exists in the vector store."""
+    rows = conn.execute(_FILES_SQL, (json.dumps(list(keys)), vector_store)).fetchall()
     return {cast(int, key): cast(str, file_id) for key, file_id in rows}
 
 

@@ -1,7 +1,7 @@
 """Lexical search: bm25 over chunk text (fulltext.py's index), with scores in [0, 1].
 
-Each collection has its own full-text index holding exactly its chunks, so bm25's statistics
-(document frequencies, average length) are the collection's own. The index ranks with
+Each vector store has its own full-text index holding exactly its chunks, so bm25's statistics
+(document frequencies, average length) are the vector_store's own. The index ranks with
 block-max WAND: it reads the blocks of postings that can still reach the top k, not every
 chunk that holds a query word. Only the chunks finally returned are then looked up (hits.py).
 

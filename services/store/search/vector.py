@@ -1,4 +1,4 @@
-"""K-nearest-neighbour search over one collection's vectors, with scores in [0, 1]."""
+"""K-nearest-neighbour search over one vector_store's vectors, with scores in [0, 1]."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import apsw
 
 from services.store import vector_index
 from services.store.compat import check_query
-from services.store.records import Collection
+from services.store.records import VectorStore
 from services.store.search.filters import MATCHING_FILES_SQL
 from services.store.vector_index import IndexSettings
 
@@ -18,11 +18,11 @@ from services.store.vector_index import IndexSettings
 # defence.
 _ALLOWED_IDS_SQL = """
     SELECT c.id FROM chunks AS c
-    WHERE c.collection_id = ? AND c.file_id IN ({files})
+    WHERE c.vector_store_id = ? AND c.file_id IN ({files})
 """
 _ALLOWED_TEST_SQL = """EXISTS (
     SELECT 1 FROM chunks AS tc
-    WHERE tc.id = cand.id AND tc.collection_id = ? AND tc.file_id IN ({files})
+    WHERE tc.id = cand.id AND tc.vector_store_id = ? AND tc.file_id IN ({files})
 )"""
 
 
@@ -49,7 +49,7 @@ def score_from_distance(distance: float) -> float:
 def ranked(
     conn: apsw.Connection,
     key: int,
-    collection: Collection,
+    vector_store: VectorStore,
     *,
     query: bytes,
     k: int,
@@ -63,8 +63,8 @@ def ranked(
     `model` skips the model check. With a compiled filter `condition`, only chunks of files
     whose attributes match compete. Unfiltered searches run over the vectors in memory when
     they are there (resident.py); the rest, and `exact` ones without them, go to SQLite,
-    large collections through their coarse index unless `exact` (vector_index.py)."""
-    check_query(collection, model, len(query) // 4)
+    large vector stores through their coarse index unless `exact` (vector_index.py)."""
+    check_query(vector_store, model, len(query) // 4)
     found = None
     if condition is None:
         found = vector_index.resident_nearest(
@@ -72,9 +72,9 @@ def ranked(
             key,
             query,
             k,
-            rows=collection.chunk_count,
-            dimensions=collection.dimensions,
-            owner=collection.id,
+            rows=vector_store.chunk_count,
+            dimensions=vector_store.dimensions,
+            owner=vector_store.id,
             settings=index.resident,
             exact=exact,
         )
@@ -85,8 +85,8 @@ def ranked(
             key,
             query,
             k,
-            rows=collection.chunk_count,
-            index=collection.vector_index,
+            rows=vector_store.chunk_count,
+            index=vector_store.vector_index,
             settings=index,
             allowed=allowed,
             exact=exact,

@@ -13,8 +13,6 @@ from services.store.records import (
     Chunking,
     ChunkInput,
     ClaimedJob,
-    Collection,
-    CollectionFile,
     Conversation,
     EmbeddingModel,
     File,
@@ -28,6 +26,8 @@ from services.store.records import (
     Stats,
     StoredChunk,
     StoreStatus,
+    VectorStore,
+    VectorStoreFile,
 )
 from services.store.search.filters import MAX_DEPTH, Comparison, Compound, Filter
 
@@ -125,27 +125,27 @@ def file_counts_message(counts: FileCounts) -> pb.FileCounts:
     )
 
 
-def collection_message(collection: Collection) -> pb.Collection:
-    message = pb.Collection(
-        id=collection.id,
-        name=collection.name,
-        created_at=collection.created_at,
-        last_active_at=collection.last_active_at,
-        metadata=collection.metadata,
-        model=collection.model,
-        dimensions=collection.dimensions,
-        chunk_count=collection.chunk_count,
-        file_count=collection.file_count,
-        usage_bytes=collection.usage_bytes,
-        file_counts=file_counts_message(collection.file_counts),
-        expires_anchor=collection.expires_anchor,
-        expires_days=collection.expires_days,
-        expires_at=collection.expires_at,
-        vector_index=collection.vector_index,
-        max_input_tokens=collection.max_input_tokens,
-        in_memory=collection.in_memory,
+def vector_store_message(vector_store: VectorStore) -> pb.VectorStore:
+    message = pb.VectorStore(
+        id=vector_store.id,
+        name=vector_store.name,
+        created_at=vector_store.created_at,
+        last_active_at=vector_store.last_active_at,
+        metadata=vector_store.metadata,
+        model=vector_store.model,
+        dimensions=vector_store.dimensions,
+        chunk_count=vector_store.chunk_count,
+        file_count=vector_store.file_count,
+        usage_bytes=vector_store.usage_bytes,
+        file_counts=file_counts_message(vector_store.file_counts),
+        expires_anchor=vector_store.expires_anchor,
+        expires_days=vector_store.expires_days,
+        expires_at=vector_store.expires_at,
+        vector_index=vector_store.vector_index,
+        max_input_tokens=vector_store.max_input_tokens,
+        in_memory=vector_store.in_memory,
     )
-    if (reindex := collection.reindex) is not None:
+    if (reindex := vector_store.reindex) is not None:
         message.reindex.CopyFrom(
             pb.Reindex(
                 status=reindex.status,
@@ -187,10 +187,10 @@ def file_message(file: File) -> pb.File:
     )
 
 
-def collection_file_message(record: CollectionFile) -> pb.CollectionFile:
-    message = pb.CollectionFile(
+def vector_store_file_message(record: VectorStoreFile) -> pb.VectorStoreFile:
+    message = pb.VectorStoreFile(
         file_id=record.file_id,
-        collection_id=record.collection_id,
+        vector_store_id=record.vector_store_id,
         status=record.status,
         usage_bytes=record.usage_bytes,
         created_at=record.created_at,
@@ -221,7 +221,7 @@ def stored_chunk_message(chunk: StoredChunk) -> pb.StoredChunk:
 def batch_message(batch: FileBatch) -> pb.FileBatch:
     return pb.FileBatch(
         id=batch.id,
-        collection_id=batch.collection_id,
+        vector_store_id=batch.vector_store_id,
         created_at=batch.created_at,
         status=batch.status,
         file_counts=file_counts_message(batch.file_counts),
@@ -231,7 +231,7 @@ def batch_message(batch: FileBatch) -> pb.FileBatch:
 def job_message(job: ClaimedJob) -> pb.Job:
     return pb.Job(
         job_id=job.job_id,
-        collection_id=job.collection_id,
+        vector_store_id=job.vector_store_id,
         file_id=job.file_id,
         filename=job.filename,
         content=job.content,
@@ -248,7 +248,7 @@ def audit_entry_from_message(message: pb.AuditEntry) -> AuditEntry:
     return AuditEntry(
         at=message.at,
         operation=message.operation,
-        collection_id=message.collection_id,
+        vector_store_id=message.vector_store_id,
         k=message.k,
         latency_ms=message.latency_ms,
         result_count=message.result_count,
@@ -266,7 +266,7 @@ def audit_entry_message(entry: AuditEntry) -> pb.AuditEntry:
         id=entry.id,
         at=entry.at,
         operation=entry.operation,
-        collection_id=entry.collection_id,
+        vector_store_id=entry.vector_store_id,
         k=entry.k,
         latency_ms=entry.latency_ms,
         result_count=entry.result_count,
@@ -308,7 +308,7 @@ def stats_message(stats: Stats) -> pb.StoreStats:
         db_bytes=database.db_bytes,
         wal_bytes=database.wal_bytes,
         free_bytes=database.free_bytes,
-        collections=len(database.collections),
+        vector_stores=len(database.vector_stores),
         files=database.files,
         file_bytes=database.file_bytes,
         chunks=database.chunks,
@@ -327,8 +327,8 @@ def stats_message(stats: Stats) -> pb.StoreStats:
             evicted=counters.evicted,
         ),
         audit_entries=database.audit_entries,
-        per_collection=[
-            pb.CollectionStats(
+        per_vector_store=[
+            pb.VectorStoreStats(
                 id=item.id,
                 name=item.name,
                 model=item.model,
@@ -339,7 +339,7 @@ def stats_message(stats: Stats) -> pb.StoreStats:
                 vector_slots=item.vector_slots,
                 usage_bytes=item.usage_bytes,
             )
-            for item in database.collections
+            for item in database.vector_stores
         ],
     )
 

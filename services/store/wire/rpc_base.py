@@ -19,8 +19,6 @@ from services.store.errors import (
     BackupNotFound,
     BackupUnusable,
     BatchNotFound,
-    CollectionFileNotFound,
-    CollectionNotFound,
     ConversationNotFound,
     DimensionMismatch,
     FileNotFound,
@@ -42,6 +40,8 @@ from services.store.errors import (
     ResponseNotFound,
     StorageFull,
     StoreError,
+    VectorStoreFileNotFound,
+    VectorStoreNotFound,
     VectorsUnavailable,
 )
 from services.store.repository import DEFAULT_LIST_LIMIT, Repository
@@ -57,13 +57,13 @@ INTERNAL_MESSAGE = "internal error in the store; see the store's log"
 REASON_KEY = "ragd-reason"
 STORAGE_FULL = "storage-full"
 # ... and of vectors or a query refused by the model rule: a gateway serving several models
-# looks the collection's model up again (it changes when a re-index switches).
+# looks the vector_store's model up again (it changes when a re-index switches).
 MODEL_MISMATCH = "model-mismatch"
 
 _STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
-    (CollectionNotFound, grpc.StatusCode.NOT_FOUND),
+    (VectorStoreNotFound, grpc.StatusCode.NOT_FOUND),
     (FileNotFound, grpc.StatusCode.NOT_FOUND),
-    (CollectionFileNotFound, grpc.StatusCode.NOT_FOUND),
+    (VectorStoreFileNotFound, grpc.StatusCode.NOT_FOUND),
     (BatchNotFound, grpc.StatusCode.NOT_FOUND),
     (JobNotFound, grpc.StatusCode.NOT_FOUND),
     (ConversationNotFound, grpc.StatusCode.NOT_FOUND),

@@ -1,4 +1,4 @@
-"""Store RPCs on files, their membership in collections, and file batches."""
+"""Store RPCs on files, their membership in vector stores, and file batches."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from services.store.wire.messages import (
     attributes_from_message,
     batch_message,
     chunking_from_message,
-    collection_file_message,
     file_message,
     model_from_message,
     stored_chunk_message,
+    vector_store_file_message,
 )
 from services.store.wire.rpc_base import (
     RpcBase,
@@ -68,11 +68,11 @@ class FileRpcs(RpcBase):
         await self._call(context, lambda: self._repository.delete_file(request.id))
         return pb.DeleteFileResponse(id=request.id, deleted=True)
 
-    # Files in collections
+    # Files in vector stores
 
     async def AttachFile(
         self, request: pb.AttachFileRequest, context: Context
-    ) -> pb.CollectionFile:
+    ) -> pb.VectorStoreFile:
         upload = None
         if request.HasField("upload"):
             item = request.upload
@@ -80,7 +80,7 @@ class FileRpcs(RpcBase):
         record = await self._call(
             context,
             lambda: self._repository.attach_file(
-                request.collection_id,
+                request.vector_store_id,
                 request.file_id,
                 attributes_from_message(request.attributes),
                 chunking_from_message(request.chunking, request.HasField("chunking")),
@@ -89,25 +89,27 @@ class FileRpcs(RpcBase):
                 key_name=request.key_name,
             ),
         )
-        return collection_file_message(record)
+        return vector_store_file_message(record)
 
-    async def GetCollectionFile(
-        self, request: pb.CollectionFileRef, context: Context
-    ) -> pb.CollectionFile:
+    async def GetVectorStoreFile(
+        self, request: pb.VectorStoreFileRef, context: Context
+    ) -> pb.VectorStoreFile:
         record = await self._call(
             context,
-            lambda: self._repository.get_collection_file(request.collection_id, request.file_id),
+            lambda: self._repository.get_vector_store_file(
+                request.vector_store_id, request.file_id
+            ),
         )
-        return collection_file_message(record)
+        return vector_store_file_message(record)
 
-    async def ListCollectionFiles(
-        self, request: pb.ListCollectionFilesRequest, context: Context
-    ) -> pb.ListCollectionFilesResponse:
+    async def ListVectorStoreFiles(
+        self, request: pb.ListVectorStoreFilesRequest, context: Context
+    ) -> pb.ListVectorStoreFilesResponse:
         limit, order = list_args(request.limit, request.order)
         page = await self._call(
             context,
-            lambda: self._repository.list_collection_files(
-                request.collection_id,
+            lambda: self._repository.list_vector_store_files(
+                request.vector_store_id,
                 limit=limit,
                 order=order,
                 after=request.after or None,
@@ -116,42 +118,42 @@ class FileRpcs(RpcBase):
                 batch_id=request.batch_id or None,
             ),
         )
-        return pb.ListCollectionFilesResponse(
-            files=[collection_file_message(item) for item in page.items], has_more=page.has_more
+        return pb.ListVectorStoreFilesResponse(
+            files=[vector_store_file_message(item) for item in page.items], has_more=page.has_more
         )
 
-    async def UpdateCollectionFile(
-        self, request: pb.UpdateCollectionFileRequest, context: Context
-    ) -> pb.CollectionFile:
+    async def UpdateVectorStoreFile(
+        self, request: pb.UpdateVectorStoreFileRequest, context: Context
+    ) -> pb.VectorStoreFile:
         record = await self._call(
             context,
-            lambda: self._repository.update_collection_file(
-                request.collection_id,
+            lambda: self._repository.update_vector_store_file(
+                request.vector_store_id,
                 request.file_id,
                 attributes_from_message(request.attributes),
             ),
         )
-        return collection_file_message(record)
+        return vector_store_file_message(record)
 
     async def DetachFile(
-        self, request: pb.CollectionFileRef, context: Context
+        self, request: pb.VectorStoreFileRef, context: Context
     ) -> pb.DetachFileResponse:
         await self._call(
-            context, lambda: self._repository.detach_file(request.collection_id, request.file_id)
+            context, lambda: self._repository.detach_file(request.vector_store_id, request.file_id)
         )
         return pb.DetachFileResponse(file_id=request.file_id, deleted=True)
 
-    async def GetCollectionFileChunks(
-        self, request: pb.CollectionFileRef, context: Context
-    ) -> pb.CollectionFileChunks:
+    async def GetVectorStoreFileChunks(
+        self, request: pb.VectorStoreFileRef, context: Context
+    ) -> pb.VectorStoreFileChunks:
         record, chunks = await self._call(
             context,
-            lambda: self._repository.get_collection_file_chunks(
-                request.collection_id, request.file_id
+            lambda: self._repository.get_vector_store_file_chunks(
+                request.vector_store_id, request.file_id
             ),
         )
-        return pb.CollectionFileChunks(
-            file=collection_file_message(record),
+        return pb.VectorStoreFileChunks(
+            file=vector_store_file_message(record),
             chunks=[stored_chunk_message(chunk) for chunk in chunks],
         )
 
@@ -170,7 +172,7 @@ class FileRpcs(RpcBase):
                 for item in request.files
             ]
             batch = self._repository.create_file_batch(
-                request.collection_id,
+                request.vector_store_id,
                 batch_files,
                 model=model_from_message(request.model, request.HasField("model")),
                 key_name=request.key_name,
@@ -182,13 +184,13 @@ class FileRpcs(RpcBase):
     async def GetFileBatch(self, request: pb.FileBatchRef, context: Context) -> pb.FileBatch:
         batch = await self._call(
             context,
-            lambda: self._repository.get_file_batch(request.collection_id, request.batch_id),
+            lambda: self._repository.get_file_batch(request.vector_store_id, request.batch_id),
         )
         return batch_message(batch)
 
     async def CancelFileBatch(self, request: pb.FileBatchRef, context: Context) -> pb.FileBatch:
         batch = await self._call(
             context,
-            lambda: self._repository.cancel_file_batch(request.collection_id, request.batch_id),
+            lambda: self._repository.cancel_file_batch(request.vector_store_id, request.batch_id),
         )
         return batch_message(batch)

@@ -7,9 +7,9 @@ from services.pb import store_pb2 as pb
 from services.store.records import EmbeddingModel
 from services.store.wire.messages import (
     chunks_from_message,
-    collection_file_message,
     decode_vectors,
     job_message,
+    vector_store_file_message,
 )
 from services.store.wire.rpc_base import RpcBase
 
@@ -47,8 +47,8 @@ class JobRpcs(RpcBase):
 
     async def CompleteJob(
         self, request: pb.CompleteJobRequest, context: Context
-    ) -> pb.CollectionFile:
-        def work() -> pb.CollectionFile:
+    ) -> pb.VectorStoreFile:
+        def work() -> pb.VectorStoreFile:
             chunks = chunks_from_message(list(request.chunks))
             vectors = (
                 None
@@ -58,11 +58,11 @@ class JobRpcs(RpcBase):
             record = self._repository.complete_job(
                 request.job_id, request.worker_id, chunks, vectors, request.model
             )
-            return collection_file_message(record)
+            return vector_store_file_message(record)
 
         return await self._call(context, work)
 
-    async def FailJob(self, request: pb.FailJobRequest, context: Context) -> pb.CollectionFile:
+    async def FailJob(self, request: pb.FailJobRequest, context: Context) -> pb.VectorStoreFile:
         record = await self._call(
             context,
             lambda: self._repository.fail_job(
@@ -74,4 +74,4 @@ class JobRpcs(RpcBase):
                 keep_attempt=request.keep_attempt,
             ),
         )
-        return collection_file_message(record)
+        return vector_store_file_message(record)

@@ -25,7 +25,7 @@ def key_message(key: ApiKey) -> pb.ApiKey:
         searches=key.searches,
         embedded_tokens=key.embedded_tokens,
         bytes_stored=key.bytes_stored,
-        tokens_today=key.tokens_today,
+        embedded_tokens_today=key.embedded_tokens_today,
         project=key.project,
         project_conversations=key.project_conversations,
     )

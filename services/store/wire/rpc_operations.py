@@ -83,7 +83,7 @@ class OperationsRpcs(RpcBase):
             lambda: self._repository.list_audit(
                 limit=request.limit or DEFAULT_AUDIT_LIMIT,
                 operation=request.operation or None,
-                collection_id=request.collection_id or None,
+                vector_store_id=request.vector_store_id or None,
                 before_id=request.before_id or None,
                 key_name=request.key_name or None,
             ),
@@ -172,5 +172,5 @@ class OperationsRpcs(RpcBase):
             bytes_before=result.bytes_before,
             bytes_after=result.bytes_after,
             seconds=result.seconds,
-            compacted_collections=result.compacted,
+            compacted_vector_stores=result.compacted,
         )

@@ -1,4 +1,4 @@
-"""Store RPCs on collections: create, read, update, delete, add chunks, search."""
+"""Store RPCs on vector stores: create, read, update, delete, add chunks, search."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from services.store.wire.messages import (
     attributes_from_message,
     chunking_from_message,
     chunks_from_message,
-    collection_message,
     decode_vectors,
     filter_from_message,
     hit_message,
     model_from_message,
+    vector_store_message,
 )
 from services.store.wire.rpc_base import (
     RpcBase,
@@ -26,14 +26,14 @@ from services.store.wire.rpc_base import (
 )
 
 
-class CollectionRpcs(RpcBase):
-    async def CreateCollection(
-        self, request: pb.CreateCollectionRequest, context: Context
-    ) -> pb.Collection:
+class VectorStoreRpcs(RpcBase):
+    async def CreateVectorStore(
+        self, request: pb.CreateVectorStoreRequest, context: Context
+    ) -> pb.VectorStore:
         who = caller()
-        collection = await self._call(
+        vector_store = await self._call(
             context,
-            lambda: self._repository.create_collection(
+            lambda: self._repository.create_vector_store(
                 caller=who,
                 name=request.name,
                 model=request.model,
@@ -44,20 +44,22 @@ class CollectionRpcs(RpcBase):
                 max_input_tokens=request.max_input_tokens,
             ),
         )
-        return collection_message(collection)
+        return vector_store_message(vector_store)
 
-    async def GetCollection(
-        self, request: pb.GetCollectionRequest, context: Context
-    ) -> pb.Collection:
-        collection = await self._call(context, lambda: self._repository.get_collection(request.id))
-        return collection_message(collection)
+    async def GetVectorStore(
+        self, request: pb.GetVectorStoreRequest, context: Context
+    ) -> pb.VectorStore:
+        vector_store = await self._call(
+            context, lambda: self._repository.get_vector_store(request.id)
+        )
+        return vector_store_message(vector_store)
 
-    async def UpdateCollection(
-        self, request: pb.UpdateCollectionRequest, context: Context
-    ) -> pb.Collection:
-        collection = await self._call(
+    async def UpdateVectorStore(
+        self, request: pb.UpdateVectorStoreRequest, context: Context
+    ) -> pb.VectorStore:
+        vector_store = await self._call(
             context,
-            lambda: self._repository.update_collection(
+            lambda: self._repository.update_vector_store(
                 request.id,
                 name=request.name if request.has_name else None,
                 metadata=dict(request.metadata) if request.has_metadata else None,
@@ -66,38 +68,40 @@ class CollectionRpcs(RpcBase):
                 ),
             ),
         )
-        return collection_message(collection)
+        return vector_store_message(vector_store)
 
     async def StartReindex(
         self, request: pb.StartReindexRequest, context: Context
-    ) -> pb.Collection:
+    ) -> pb.VectorStore:
         # An absent model is refused by the re-index itself, in its words.
         model = model_from_message(request.model, request.HasField("model"))
-        collection = await self._call(
+        vector_store = await self._call(
             context,
             lambda: self._repository.start_reindex(
-                request.collection_id,
+                request.vector_store_id,
                 model or EmbeddingModel("", 0),
                 chunking_from_message(request.chunking, request.HasField("chunking")),
                 request.max_chunk_tokens,
             ),
         )
-        return collection_message(collection)
+        return vector_store_message(vector_store)
 
     async def CancelReindex(
-        self, request: pb.GetCollectionRequest, context: Context
-    ) -> pb.Collection:
-        collection = await self._call(context, lambda: self._repository.cancel_reindex(request.id))
-        return collection_message(collection)
+        self, request: pb.GetVectorStoreRequest, context: Context
+    ) -> pb.VectorStore:
+        vector_store = await self._call(
+            context, lambda: self._repository.cancel_reindex(request.id)
+        )
+        return vector_store_message(vector_store)
 
-    async def ListCollections(
-        self, request: pb.ListCollectionsRequest, context: Context
-    ) -> pb.ListCollectionsResponse:
+    async def ListVectorStores(
+        self, request: pb.ListVectorStoresRequest, context: Context
+    ) -> pb.ListVectorStoresResponse:
         limit, order = list_args(request.limit, request.order)
         who = caller()
         page = await self._call(
             context,
-            lambda: self._repository.list_collections(
+            lambda: self._repository.list_vector_stores(
                 caller=who,
                 limit=limit,
                 order=order,
@@ -106,16 +110,16 @@ class CollectionRpcs(RpcBase):
                 name=request.name or None,
             ),
         )
-        return pb.ListCollectionsResponse(
-            collections=[collection_message(item) for item in page.items],
+        return pb.ListVectorStoresResponse(
+            vector_stores=[vector_store_message(item) for item in page.items],
             has_more=page.has_more,
         )
 
-    async def DeleteCollection(
-        self, request: pb.DeleteCollectionRequest, context: Context
-    ) -> pb.DeleteCollectionResponse:
-        await self._call(context, lambda: self._repository.delete_collection(request.id))
-        return pb.DeleteCollectionResponse(id=request.id, deleted=True)
+    async def DeleteVectorStore(
+        self, request: pb.DeleteVectorStoreRequest, context: Context
+    ) -> pb.DeleteVectorStoreResponse:
+        await self._call(context, lambda: self._repository.delete_vector_store(request.id))
+        return pb.DeleteVectorStoreResponse(id=request.id, deleted=True)
 
     async def AddChunks(
         self, request: pb.AddChunksRequest, context: Context
@@ -124,7 +128,7 @@ class CollectionRpcs(RpcBase):
             chunks = chunks_from_message(list(request.chunks))
             vectors = decode_vectors(request.vectors, request.dimensions, len(chunks))
             result = self._repository.add_chunks(
-                collection_id=request.collection_id,
+                vector_store_id=request.vector_store_id,
                 file_id=request.file_id,
                 filename=request.filename,
                 attributes=attributes_from_message(request.attributes),
@@ -152,7 +156,7 @@ class CollectionRpcs(RpcBase):
                 # As it came: search.run checks it in place and hands it to sqlite-vec.
                 query = request.query_vector
             hits = self._repository.search(
-                collection_id=request.collection_id,
+                vector_store_id=request.vector_store_id,
                 query=query,
                 k=request.k,
                 score_threshold=request.score_threshold,

@@ -1,4 +1,4 @@
-"""Collections: create, look up, list with cursors, delete. Plain functions over a connection."""
+"""VectorStores: create, look up, list with cursors, delete. Plain functions over a connection."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ import apsw
 from services.common.vocabulary import FILE_STATUSES
 from services.store import access, compat, fulltext, vector_index
 from services.store.db import atomic, try_write
-from services.store.errors import CollectionNotFound, InvalidArgument
+from services.store.errors import InvalidArgument, VectorStoreNotFound
 from services.store.records import (
     EVERYTHING,
     Access,
-    Collection,
     EmbeddingModel,
     FileCounts,
     ModelUse,
     Page,
+    VectorStore,
 )
 
 # sqlite-vec's limit on a vector column.
@@ -37,18 +37,18 @@ _COLUMNS = (
     "chunk_count, file_count, usage_bytes, expires_anchor, expires_days, vector_index, "
     "max_input_tokens, "
     + ", ".join(
-        "(SELECT count(*) FROM collection_files AS cf"
-        f" WHERE cf.collection_id = collections.id AND cf.status = '{status}')"
+        "(SELECT count(*) FROM vector_store_files AS cf"
+        f" WHERE cf.vector_store_id = vector_stores.id AND cf.status = '{status}')"
         for status in FILE_STATUSES
     )
     # Counted off a partial index: free when nothing is pending.
-    + ", (SELECT count(*) FROM collection_files AS cf"
-    " WHERE cf.collection_id = collections.id AND cf.vectors_pending = 1)"
+    + ", (SELECT count(*) FROM vector_store_files AS cf"
+    " WHERE cf.vector_store_id = vector_stores.id AND cf.vectors_pending = 1)"
 )
 
 
 def expires_at(last_active_at: int, anchor: str, days: int) -> int:
-    """When an idle collection expires (unix seconds), or 0 if it never does."""
+    """When an idle vector store expires (unix seconds), or 0 if it never does."""
     if anchor == EXPIRES_ANCHOR and days > 0:
         return last_active_at + days * _DAY_SECONDS
     return 0
@@ -63,11 +63,11 @@ def check_expiry(anchor: str, days: int) -> None:
         raise InvalidArgument(f"expires_after.days needs the anchor {EXPIRES_ANCHOR!r}")
 
 
-def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
+def _to_vector_store(row: tuple[Any, ...]) -> tuple[int, VectorStore]:
     (key, public_id, name, created, active, metadata, model, dims, chunks, files, usage,
      anchor, days, index, context, in_progress, completed, failed, cancelled,
      pending) = row  # fmt: skip
-    collection = Collection(
+    vector_store = VectorStore(
         id=public_id,
         name=name,
         created_at=created,
@@ -85,48 +85,48 @@ def _to_collection(row: tuple[Any, ...]) -> tuple[int, Collection]:
         vector_index=index,
         max_input_tokens=context,
     )
-    return key, collection
+    return key, vector_store
 
 
-def lookup(conn: apsw.Connection, collection_id: str) -> tuple[int, Collection]:
-    """Returns the collection's integer key and record; raises CollectionNotFound."""
+def lookup(conn: apsw.Connection, vector_store_id: str) -> tuple[int, VectorStore]:
+    """Returns the vector_store's integer key and record; raises VectorStoreNotFound."""
     row = conn.execute(
-        f"SELECT {_COLUMNS} FROM collections WHERE public_id = ? AND shadow_of IS NULL",
-        (collection_id,),
+        f"SELECT {_COLUMNS} FROM vector_stores WHERE public_id = ? AND shadow_of IS NULL",
+        (vector_store_id,),
     ).fetchone()
     if row is None:
-        raise CollectionNotFound(collection_id)
-    return _to_collection(row)
+        raise VectorStoreNotFound(vector_store_id)
+    return _to_vector_store(row)
 
 
-def touch(conn: apsw.Connection, key: int, collection: Collection, now: int) -> None:
-    """Records a search's use of the collection (for expiry by last_active_at).
+def touch(conn: apsw.Connection, key: int, vector_store: VectorStore, now: int) -> None:
+    """Records a search's use of the vector store (for expiry by last_active_at).
 
-    At most one write per collection per second, however many searches arrive, and only when
+    At most one write per vector store per second, however many searches arrive, and only when
     the write lock is free: a search never waits behind an ingest's commit (a skipped touch
     is retried by the next search; expiry counts in days).
     """
-    if collection.last_active_at < now:
+    if vector_store.last_active_at < now:
         try_write(
             conn,
             lambda c: c.execute(
-                "UPDATE collections SET last_active_at = ? WHERE id = ? AND last_active_at < ?",
+                "UPDATE vector_stores SET last_active_at = ? WHERE id = ? AND last_active_at < ?",
                 (now, key, now),
             ),
         )
 
 
 def project_of(conn: apsw.Connection, key: int) -> int:
-    """The project of the collection with this integer key (inside a transaction)."""
-    return int(conn.execute("SELECT project_id FROM collections WHERE id = ?", (key,)).get or 1)
+    """The project of the vector store with this integer key (inside a transaction)."""
+    return int(conn.execute("SELECT project_id FROM vector_stores WHERE id = ?", (key,)).get or 1)
 
 
-def lookup_key(conn: apsw.Connection, key: int) -> Collection:
-    """The collection with this integer key, which the caller knows exists."""
-    row = conn.execute(f"SELECT {_COLUMNS} FROM collections WHERE id = ?", (key,)).fetchone()
+def lookup_key(conn: apsw.Connection, key: int) -> VectorStore:
+    """The vector store with this integer key, which the caller knows exists."""
+    row = conn.execute(f"SELECT {_COLUMNS} FROM vector_stores WHERE id = ?", (key,)).fetchone()
     if row is None:
-        raise RuntimeError(f"collection key {key} vanished inside a transaction")
-    return _to_collection(row)[1]
+        raise RuntimeError(f"vector_store key {key} vanished inside a transaction")
+    return _to_vector_store(row)[1]
 
 
 def insert(
@@ -143,10 +143,10 @@ def insert(
     shadow_of: int | None = None,
     project: int = 1,
 ) -> int:
-    """The collection's row and its vector tables, inside the caller's transaction; returns
-    its key. A re-index's hidden collection names the one it will replace in `shadow_of`."""
+    """The vector_store's row and its vector tables, inside the caller's transaction; returns
+    its key. A re-index's hidden vector store names the one it will replace in `shadow_of`."""
     conn.execute(
-        "INSERT INTO collections (public_id, name, metadata, model, dimensions, created_at,"
+        "INSERT INTO vector_stores (public_id, name, metadata, model, dimensions, created_at,"
         " last_active_at, expires_anchor, expires_days, max_input_tokens, shadow_of, project_id)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
@@ -181,7 +181,7 @@ def create(
     expires_days: int = 0,
     max_input_tokens: int = 0,
     caller: Access = EVERYTHING,
-) -> Collection:
+) -> VectorStore:
     check_expiry(expires_anchor, expires_days)
     if not model:
         raise InvalidArgument("model is required: name the embedding model the store will use")
@@ -201,7 +201,7 @@ def create(
             expires=(expires_anchor, expires_days),
             max_input_tokens=max_input_tokens,
         )
-    return Collection(
+    return VectorStore(
         id=public_id,
         name=name,
         created_at=now,
@@ -221,27 +221,27 @@ def create(
 
 def update(
     conn: apsw.Connection,
-    collection_id: str,
+    vector_store_id: str,
     *,
     name: str | None = None,
     metadata: Mapping[str, str] | None = None,
     expires: tuple[str, int] | None = None,
-) -> Collection:
+) -> VectorStore:
     """Changes the fields given (None leaves a field as it is); `expires` is (anchor, days)."""
     if expires is not None:
         check_expiry(*expires)
     with atomic(conn):
-        key, _ = lookup(conn, collection_id)
+        key, _ = lookup(conn, vector_store_id)
         if name is not None:
-            conn.execute("UPDATE collections SET name = ? WHERE id = ?", (name, key))
+            conn.execute("UPDATE vector_stores SET name = ? WHERE id = ?", (name, key))
         if metadata is not None:
             conn.execute(
-                "UPDATE collections SET metadata = ? WHERE id = ?",
+                "UPDATE vector_stores SET metadata = ? WHERE id = ?",
                 (json.dumps(dict(metadata)), key),
             )
         if expires is not None:
             conn.execute(
-                "UPDATE collections SET expires_anchor = ?, expires_days = ? WHERE id = ?",
+                "UPDATE vector_stores SET expires_anchor = ?, expires_days = ? WHERE id = ?",
                 (*expires, key),
             )
         return lookup_key(conn, key)
@@ -256,11 +256,11 @@ def list_page(
     before: str | None,
     name: str | None = None,
     caller: Access = EVERYTHING,
-) -> Page[Collection]:
+) -> Page[VectorStore]:
     """One page in creation order ("asc" oldest first, "desc" newest first), of the
-    collections called `name` if given.
+    vector stores called `name` if given.
 
-    `after` pages forward from a collection id (exclusive). `before` returns the `limit` items
+    `after` pages forward from a vector store id (exclusive). `before` returns the `limit` items
     immediately preceding it in the same order; there `has_more` means more items precede the
     page. Both together bound the page on each side.
     """
@@ -270,7 +270,7 @@ def list_page(
         raise InvalidArgument(f"order must be 'asc' or 'desc', got {order!r}")
     ascending = order == "asc"
     # A re-index's shadow (reindex.py) is not a vector store of its own.
-    visible, visible_params = access.vector_stores_visible(conn, caller, "collections")
+    visible, visible_params = access.vector_stores_visible(conn, caller, "vector_stores")
     conditions: list[str] = ["shadow_of IS NULL", *visible]
     params: list[Any] = list(visible_params)
     if name is not None:
@@ -288,20 +288,20 @@ def list_page(
     where = f"WHERE {' AND '.join(conditions)}"
     direction = "ASC" if sql_ascending else "DESC"
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM collections {where} ORDER BY id {direction} LIMIT ?",
+        f"SELECT {_COLUMNS} FROM vector_stores {where} ORDER BY id {direction} LIMIT ?",
         (*params, limit + 1),
     ).fetchall()
-    items = [_to_collection(row)[1] for row in rows[:limit]]
+    items = [_to_vector_store(row)[1] for row in rows[:limit]]
     if backwards:
         items.reverse()
     return Page(items=items, has_more=len(rows) > limit)
 
 
 def _cursor_key(conn: apsw.Connection, cursor: str, name: str, caller: Access) -> int:
-    visible, params = access.vector_stores_visible(conn, caller, "collections")
+    visible, params = access.vector_stores_visible(conn, caller, "vector_stores")
     where = "".join(f" AND {condition}" for condition in visible)
     row = conn.execute(
-        f"SELECT id FROM collections WHERE public_id = ? AND shadow_of IS NULL{where}",
+        f"SELECT id FROM vector_stores WHERE public_id = ? AND shadow_of IS NULL{where}",
         (cursor, *params),
     ).fetchone()
     if row is None:
@@ -312,32 +312,32 @@ def _cursor_key(conn: apsw.Connection, cursor: str, name: str, caller: Access) -
     return int(row[0])
 
 
-def delete(conn: apsw.Connection, collection_id: str) -> None:
-    """Deletes the collection, its file memberships, chunks and vector table in one transaction.
+def delete(conn: apsw.Connection, vector_store_id: str) -> None:
+    """Deletes the vector store, its file memberships, chunks and vector table in one transaction.
 
     Its ingest jobs and file batches go too; rows in `files` stay: files exist independently
-    of the collections that index them.
+    of the vector stores that index them.
     """
     with atomic(conn):
-        key, _ = lookup(conn, collection_id)
+        key, _ = lookup(conn, vector_store_id)
         drop(conn, key)
 
 
 def drop(conn: apsw.Connection, key: int) -> None:
-    """Deletes a collection by key inside a transaction, with the re-index it has in progress
+    """Deletes a vector store by key inside a transaction, with the re-index it has in progress
     (its shadow, reindex.py) and its re-index records."""
     shadows: list[Any] = conn.execute(
-        "SELECT id FROM collections WHERE shadow_of = ?", (key,)
+        "SELECT id FROM vector_stores WHERE shadow_of = ?", (key,)
     ).fetchall()
     for (shadow,) in shadows:
         drop(conn, int(shadow))
-    conn.execute("DELETE FROM reindexes WHERE collection_id = ?", (key,))
+    conn.execute("DELETE FROM reindexes WHERE vector_store_id = ?", (key,))
     conn.execute("UPDATE reindexes SET shadow_id = NULL WHERE shadow_id = ?", (key,))
-    conn.execute("DELETE FROM chunks WHERE collection_id = ?", (key,))
-    conn.execute("DELETE FROM jobs WHERE collection_id = ?", (key,))
-    conn.execute("DELETE FROM collection_files WHERE collection_id = ?", (key,))
-    conn.execute("DELETE FROM file_batches WHERE collection_id = ?", (key,))
-    conn.execute("DELETE FROM collections WHERE id = ?", (key,))
+    conn.execute("DELETE FROM chunks WHERE vector_store_id = ?", (key,))
+    conn.execute("DELETE FROM jobs WHERE vector_store_id = ?", (key,))
+    conn.execute("DELETE FROM vector_store_files WHERE vector_store_id = ?", (key,))
+    conn.execute("DELETE FROM file_batches WHERE vector_store_id = ?", (key,))
+    conn.execute("DELETE FROM vector_stores WHERE id = ?", (key,))
     fulltext.drop(conn, key)
     vector_index.drop_tables(conn, key)
 
@@ -351,13 +351,13 @@ def models_in_use(conn: apsw.Connection, served: Sequence[EmbeddingModel] = ()) 
     each, the ids of the oldest few, and whether one of `served` fits them."""
     with atomic(conn, write=False):
         groups: list[Any] = conn.execute(
-            "SELECT model, dimensions, count(*) FROM collections GROUP BY model, dimensions"
+            "SELECT model, dimensions, count(*) FROM vector_stores GROUP BY model, dimensions"
             " ORDER BY count(*) DESC, model"
         ).fetchall()
         uses = []
         for model, dimensions, count in groups:
             ids = conn.execute(
-                "SELECT public_id FROM collections WHERE model = ? AND dimensions = ?"
+                "SELECT public_id FROM vector_stores WHERE model = ? AND dimensions = ?"
                 " ORDER BY id LIMIT ?",
                 (model, dimensions, MODEL_SAMPLE_IDS),
             ).fetchall()
