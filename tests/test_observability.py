@@ -97,14 +97,14 @@ def test_gateway_metrics_name_routes_by_template_and_need_the_key(
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("text/plain; version=")
     found = samples(reply.text)
-    search_route = "/v1/vector_stores/{store_id}/search"
+    search_route = "/v1/vector_stores/{vector_store_id}/search"
     assert (
         sample(found, "ragd_http_requests_total", route=search_route, method="POST", status="200")
         == 2
     )
     assert (
         sample(
-            found, "ragd_http_requests_total", route="/v1/vector_stores/{store_id}", status="404"
+            found, "ragd_http_requests_total", route="/v1/vector_stores/{vector_store_id}", status="404"
         )
         == 1
     )
@@ -221,7 +221,7 @@ def test_ragd_audit_lists_who_did_what(own_stack: Stack, searched: str) -> None:
     assert 'ragd_http_refused_total{reason="missing_key"} 1.0' in metrics.text
     (missing,) = [entry for entry in entries if entry["vector_store_id"] == "vs_nothing_here"]
     assert missing["operation"] == "read" and missing["error_code"] == "not_found"
-    assert missing["detail"] == "GET /v1/vector_stores/{store_id} 404"
+    assert missing["detail"] == "GET /v1/vector_stores/{vector_store_id} 404"
     assert any(
         e["operation"] == "write" and e["detail"].startswith("POST /v1/files ") for e in entries
     )

@@ -130,8 +130,8 @@ def test_one_search_is_one_trace_across_the_services(own_stack: Stack, receiver:
     by_id = {span.span_id: span for span in spans}
     (root,) = [span for span in spans if span.parent_id == "00f067aa0ba902b7"]
     assert root.service == "ragd-gateway"
-    assert root.name == "POST /v1/vector_stores/{store_id}/search"
-    assert root.attributes["http.route"] == "/v1/vector_stores/{store_id}/search"
+    assert root.name == "POST /v1/vector_stores/{vector_store_id}/search"
+    assert root.attributes["http.route"] == "/v1/vector_stores/{vector_store_id}/search"
     assert root.attributes["gen_ai.operation.name"] == "retrieval"
     assert root.attributes["gen_ai.data_source.id"] == store_id
 
