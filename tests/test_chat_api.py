@@ -51,6 +51,9 @@ def chat_stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Itera
         # ragd searches with the user's words here (an upstream that does not call tools);
         # tests/test_function_tools.py has the model drive file_search.
         RAGD_CHAT_TOOLS="off",
+        # Programs written for OpenAI name OpenAI's models (issue 30).
+        RAGD_CHAT_MODEL_ALIASES="gpt-4o-mini=smollm2",
+        RAGD_EMBEDDING_MODEL_ALIASES="text-embedding-3-small=all-MiniLM-L6-v2",
     )
 
 
@@ -88,6 +91,27 @@ def test_version_names_the_chat_model(http: httpx.Client) -> None:
         "model": "smollm2",
         "context_tokens": CHAT_CONTEXT,
     }
+
+
+def test_openai_model_names_run_on_the_served_models(sdk: openai.OpenAI) -> None:
+    listed = [model.id for model in sdk.models.list()]
+    assert listed == ["all-MiniLM-L6-v2", "text-embedding-3-small", "smollm2", "gpt-4o-mini"]
+    assert sdk.models.retrieve("GPT-4o-mini").id == "gpt-4o-mini"
+    with pytest.raises(openai.NotFoundError) as missing:
+        sdk.models.retrieve("gpt-5")
+    assert missing.value.code == "model_not_found"
+
+    embedded = sdk.embeddings.create(model="text-embedding-3-small", input="seaweed")
+    assert embedded.model == "all-MiniLM-L6-v2" and len(embedded.data[0].embedding) == 384
+    with pytest.raises(openai.NotFoundError):
+        sdk.embeddings.create(model="text-embedding-3-large", input="seaweed")
+
+    answer = sdk.responses.create(model="gpt-4o-mini", input="Say hi.", max_output_tokens=16)
+    assert answer.model == "smollm2" and answer.status in ("completed", "incomplete")
+    completion = sdk.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "Say hi."}], max_tokens=8
+    )
+    assert completion.choices[0].message.content is not None
 
 
 def test_conversations_and_items_through_the_sdk(sdk: openai.OpenAI) -> None:

@@ -104,7 +104,10 @@ def test_gateway_metrics_name_routes_by_template_and_need_the_key(
     )
     assert (
         sample(
-            found, "ragd_http_requests_total", route="/v1/vector_stores/{vector_store_id}", status="404"
+            found,
+            "ragd_http_requests_total",
+            route="/v1/vector_stores/{vector_store_id}",
+            status="404",
         )
         == 1
     )

@@ -71,6 +71,7 @@ ROUTES = [
     Route("/admin/audit", admin.audit, methods=["GET"]),
     Route("/v1/embeddings", embeddings.embeddings, methods=["POST"]),
     Route("/v1/models", embeddings.models, methods=["GET"]),
+    Route("/v1/models/{model}", embeddings.model, methods=["GET"]),
     Route("/v1/files", files.create_file, methods=["POST"]),
     Route("/v1/files", files.list_files, methods=["GET"]),
     Route("/v1/files/{file_id}", files.get_file, methods=["GET"]),
@@ -130,7 +131,8 @@ def create_app(config: GatewayConfig) -> Starlette:
         ]
         store_channel = open_channel(config.store_target, "store", config.store_timeout, token, tls)
         embedders = Embedders(
-            [(name, EmbedderClient(channel)) for name, channel in embedder_channels]
+            [(name, EmbedderClient(channel)) for name, channel in embedder_channels],
+            config.embedding_model_aliases,
         )
         embedder = embedders.default
         store = store_stub(store_channel)

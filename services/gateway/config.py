@@ -9,6 +9,7 @@ from services.common.config import ConfigError, Env
 from services.common.security import TlsFiles, service_token
 from services.gateway.chat.upstream import ChatSettings
 from services.gateway.embedders import EmbedderSpec, parse_embedders
+from services.gateway.model_aliases import NO_ALIASES, ModelAliases
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class GatewayConfig:
     embedder_target: str = "127.0.0.1:50051"
     # Several models (RAGD_EMBEDDERS, "name=target" pairs); empty: the one embedder_target.
     embedders: tuple[EmbedderSpec, ...] = ()
+    # Names clients send for the served embedding models (RAGD_EMBEDDING_MODEL_ALIASES).
+    embedding_model_aliases: ModelAliases = NO_ALIASES
     store_target: str = "127.0.0.1:50052"
     # Empty: no authentication. Otherwise every /v1 route needs "Authorization: Bearer <key>".
     api_keys: tuple[str, ...] = ()
@@ -73,6 +76,7 @@ class GatewayConfig:
             port=env.int("PORT", cls.port, minimum=0),
             embedder_target=env.str("EMBEDDER_TARGET", cls.embedder_target),
             embedders=_embedders(env),
+            embedding_model_aliases=_aliases(env, "EMBEDDING_MODEL_ALIASES"),
             store_target=env.str("STORE_TARGET", cls.store_target),
             api_keys=tuple(env.list("API_KEYS")),
             embed_timeout=env.float("EMBED_TIMEOUT", cls.embed_timeout),
@@ -119,6 +123,13 @@ class GatewayConfig:
         return self.embedders or (EmbedderSpec(None, self.embedder_target),)
 
 
+def _aliases(env: Env, name: str) -> ModelAliases:
+    try:
+        return ModelAliases.parse(env.optional(name))
+    except ValueError as error:
+        raise ConfigError(f"RAGD_{name}: {error}") from None
+
+
 def _embedders(env: Env) -> tuple[EmbedderSpec, ...]:
     raw = env.optional("EMBEDDERS")
     if not raw:
@@ -144,6 +155,7 @@ def _chat(env: Env) -> ChatSettings | None:
         context_tokens=env.int("CHAT_CONTEXT_TOKENS", defaults.context_tokens, minimum=256),
         max_output_tokens=env.int("CHAT_MAX_OUTPUT_TOKENS", defaults.max_output_tokens, minimum=1),
         tools=env.bool("CHAT_TOOLS", defaults.tools),
+        aliases=_aliases(env, "CHAT_MODEL_ALIASES"),
         background_lease_seconds=env.float(
             "CHAT_BACKGROUND_LEASE_SECONDS", defaults.background_lease_seconds
         ),

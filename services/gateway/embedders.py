@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from services.common.model_info import ModelInfo
 from services.gateway import errors
 from services.gateway.clients import EmbedderClient, Store
+from services.gateway.model_aliases import NO_ALIASES, ModelAliases
 from services.pb import store_pb2
 
 # Vector stores whose model is remembered; a miss costs one GetVectorStore.
@@ -60,10 +61,15 @@ class Embedders:
     """The served models' clients; the first is the default (requests that name no model,
     conversations' history)."""
 
-    def __init__(self, clients: Sequence[tuple[str | None, EmbedderClient]]) -> None:
+    def __init__(
+        self,
+        clients: Sequence[tuple[str | None, EmbedderClient]],
+        aliases: ModelAliases = NO_ALIASES,
+    ) -> None:
         if not clients:
             raise ValueError("a gateway needs at least one embedder")
         self._clients = list(clients)
+        self.aliases = aliases
         self._store_models: OrderedDict[str, tuple[str, int]] = OrderedDict()
         # The last availability answer and when it was asked: every ingest worker asks before
         # each claim, and one round of Info calls a second serves them all.
@@ -127,11 +133,20 @@ class Embedders:
                 except errors.ApiError:
                     continue
             names.append(name)
-        return names
+        return names + self.aliases.names
 
     async def find(self, model: str) -> tuple[EmbedderClient, ModelInfo] | None:
-        """The embedder of `model` (any case) with its info; None when none serves it.
-        Raises the embedders' errors when the one that might serve it does not answer."""
+        """The embedder of `model` (any case, or the model it is an alias of) with its info;
+        None when none serves it. Raises the embedders' errors when the one that might serve
+        it does not answer."""
+        alias = self.aliases.target(model, served=True)
+        if alias is not None:
+            return await self._served(alias)
+        found = await self._served(model)
+        wildcard = self.aliases.target(model) if found is None else None
+        return found if wildcard is None else await self._served(wildcard)
+
+    async def _served(self, model: str) -> tuple[EmbedderClient, ModelInfo] | None:
         for name, client in self._clients:
             if name is not None and name.lower() == model.lower():
                 return client, await self.info(name, client)

@@ -147,6 +147,7 @@ OPERATIONS: dict[Endpoint, Operation] = {
     ),
     embeddings.embeddings: Operation("Create embeddings", "EmbeddingList", "EmbeddingRequest"),
     embeddings.models: Operation("List the served models", "ModelList"),
+    embeddings.model: Operation("Retrieve a served model", "Model"),
     files.create_file: Operation(
         "Upload a file", "File", form="FileUpload", returns={"file_id": "/id"}
     ),

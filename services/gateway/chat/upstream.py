@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from services.gateway import errors
+from services.gateway.model_aliases import NO_ALIASES, ModelAliases
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,23 @@ class ChatSettings:
     # The store's lease on a background response this gateway runs: renewed every third of
     # it; a gateway that dies leaves the response failed within about this long.
     background_lease_seconds: float = 30.0
+    # Names clients send for other models (RAGD_CHAT_MODEL_ALIASES), e.g. gpt-4o-mini.
+    aliases: ModelAliases = NO_ALIASES
+
+    def resolve(self, requested: object) -> str:
+        """The model a request's `model` means: `model` when absent, an alias's target,
+        otherwise the name as sent (an upstream may serve several)."""
+        if requested is None or requested == "":
+            return self.model
+        if not isinstance(requested, str):
+            raise errors.InvalidRequest("'model' must be a string", param="model")
+        served = requested.lower() == self.model.lower()
+        return self.aliases.target(requested, served=served) or requested
+
+    @property
+    def names(self) -> list[str]:
+        """The chat models a client may name, as /v1/models lists them."""
+        return [self.model, *self.aliases.names]
 
 
 class ChatUpstream:

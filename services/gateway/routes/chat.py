@@ -27,7 +27,7 @@ async def chat_completions(request: Request) -> Response:
     if not isinstance(stream, bool):
         raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
     chat = upstream(deps)
-    body.setdefault("model", chat.settings.model)
+    body["model"] = chat.settings.resolve(body.get("model"))
     turn = None
     if conversation:
         check_text(conversation, CONVERSATION_HEADER)

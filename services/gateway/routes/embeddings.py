@@ -15,7 +15,7 @@ from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge
 from services.gateway.clients import EmbedderClient
-from services.gateway.errors import InvalidRequest, invalid
+from services.gateway.errors import InvalidRequest, NotFound, invalid
 from services.gateway.models import embeddings_model
 from services.gateway.params import json_body, optional_str
 from services.gateway.routes import services
@@ -144,9 +144,31 @@ async def embeddings(request: Request) -> JSONResponse:
     )
 
 
+async def model_names(request: Request) -> list[str]:
+    """The embedding models, then the chat models, each name once (aliases included)."""
+    deps = services(request)
+    names = await deps.embedders.names()
+    if deps.chat is not None:
+        names += deps.chat.settings.names
+    return list({name.lower(): name for name in reversed(names)}.values())[::-1]
+
+
+def _model(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": _STARTED, "owned_by": "ragd"}
+
+
 async def models(request: Request) -> JSONResponse:
-    names = await services(request).embedders.names()
-    data = [
-        {"id": name, "object": "model", "created": _STARTED, "owned_by": "ragd"} for name in names
-    ]
-    return JSONResponse({"object": "list", "data": data})
+    return JSONResponse({"object": "list", "data": [_model(n) for n in await model_names(request)]})
+
+
+async def model(request: Request) -> JSONResponse:
+    """GET /v1/models/{model}: a listed name (any case), as OpenAI's Model object."""
+    wanted = request.path_params["model"]
+    for name in await model_names(request):
+        if name.lower() == wanted.lower():
+            return JSONResponse(_model(name))
+    raise NotFound(
+        f"the model '{wanted}' does not exist here (see GET /v1/models)",
+        param="model",
+        code="model_not_found",
+    )

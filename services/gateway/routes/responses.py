@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -52,6 +53,8 @@ async def create_response(request: Request) -> Response:
     asked = turn_request(
         body, settings.model if settings else "", settings is None or settings.tools
     )
+    if settings is not None:
+        asked = replace(asked, model=settings.resolve(asked.model))
     # The audit entry names the vector stores the turn may search.
     searched = [
         vector_store_id
