@@ -461,11 +461,15 @@ def test_an_upstream_that_is_down_gives_503_and_a_failed_response(
     )
     stack = next(dead)
     try:
+        # The SDK's default retries (2) send the turn three times: the conversation holds it
+        # none (a failed turn stays out of it; each failed response keeps its input).
+        retrying = openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused")
+        conversation = retrying.conversations.create().id
+        with pytest.raises(openai.InternalServerError) as down:
+            retrying.responses.create(input="hi", conversation=conversation)
+        assert down.value.status_code == 503 and "127.0.0.1:9" in down.value.message
+        assert retrying.conversations.items.list(conversation).data == []
         with httpx.Client(base_url=stack.gateway_url, timeout=60) as client:
-            conversation = client.post("/v1/conversations", json={}).json()["id"]
-            reply = client.post("/v1/responses", json={"input": "hi", "conversation": conversation})
-            assert reply.status_code == 503, reply.text
-            assert "127.0.0.1:9" in reply.json()["error"]["message"]
             with client.stream(
                 "POST",
                 "/v1/responses",
@@ -473,14 +477,17 @@ def test_an_upstream_that_is_down_gives_503_and_a_failed_response(
             ) as streamed:
                 events = list(sse_events(streamed))
             assert [event["type"] for event in events][-2:] == ["error", "response.failed"]
-            failed = client.get(f"/v1/responses/{events[0]['response']['id']}").json()
+            failed_id = events[0]["response"]["id"]
+            failed = client.get(f"/v1/responses/{failed_id}").json()
             assert failed["status"] == "failed" and failed["error"]["code"] == "service_unavailable"
-            items = client.get(f"/v1/conversations/{conversation}/items", params={"order": "asc"})
-            # The user's inputs are kept; no half reply.
-            assert [(i["role"], i["content"][0]["text"]) for i in items.json()["data"]] == [
-                ("user", "hi"),
-                ("user", "again"),
-            ]
+            assert failed["conversation"] == {"id": conversation}
+            kept = client.get(f"/v1/responses/{failed_id}/input_items").json()["data"]
+            assert [item["content"][0]["text"] for item in kept] == ["again"]
+            items = client.get(f"/v1/conversations/{conversation}/items").json()["data"]
+            assert items == []
+            # Where a retry cannot help, the SDK is told not to.
+            unconfigured = client.post("/v1/responses", json={"input": ""})
+            assert unconfigured.headers["x-should-retry"] == "false"
     finally:
         dead.close()
 

@@ -52,13 +52,21 @@ def error_type(status: int) -> str:
     return "invalid_request_error"
 
 
+def retry_advice(status: int) -> dict[str, str]:
+    """`x-should-retry: false` where sending the same request again cannot help (OpenAI's SDKs
+    otherwise retry 408, 409, 429 and every 5xx): a client's mistake, a feature not set up."""
+    if status == 501 or (400 <= status < 500 and status not in (408, 409, 429)):
+        return {"x-should-retry": "false"}
+    return {}
+
+
 def body(status: int, message: str, param: str | None, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
 def response(error: e.ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
     status = status_of(error)
-    headers = dict(headers or {})
+    headers = {**retry_advice(status), **(headers or {})}
     if error.retry_after is not None:
         headers["Retry-After"] = str(error.retry_after)
     if isinstance(error, e.Unauthenticated):
@@ -86,14 +94,16 @@ async def handle_http_exception(request: Request, exc: Exception) -> JSONRespons
     return JSONResponse(
         body(exc.status_code, message, None, code),
         status_code=exc.status_code,
-        headers=exc.headers,
+        headers={**retry_advice(exc.status_code), **(exc.headers or {})},
     )
 
 
 async def handle_unicode(request: Request, exc: Exception) -> JSONResponse:
     # Only client text can hold a lone surrogate; the routes name the field where they can.
     message = "the request holds text that is not valid Unicode (a lone surrogate)"
-    return JSONResponse(body(400, message, None, "invalid_value"), status_code=400)
+    return JSONResponse(
+        body(400, message, None, "invalid_value"), status_code=400, headers=retry_advice(400)
+    )
 
 
 async def handle_unexpected(request: Request, exc: Exception) -> JSONResponse:

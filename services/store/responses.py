@@ -110,7 +110,7 @@ def record(
     owner: tuple[int, str] | None = None,
 ) -> ResponseRecord:
     """Writes the response, its input and output items and, with a conversation, appends them
-    to it, all in one transaction."""
+    to it unless the turn failed, all in one transaction."""
     if not _ID.fullmatch(response.id):
         raise InvalidArgument(f"response id {response.id!r} is not resp_ and 8-64 letters/digits")
     if response.status not in STATUSES:
@@ -150,9 +150,12 @@ def record(
             ),
         )
         key = conn.last_insert_rowid()
+        # A failed turn stays out of its conversation (the response keeps its input): the
+        # client sends it again, the SDK's retries do, and the conversation holds it once.
+        joins = conversation if response.status != "failed" else None
         for role, items in (("input", response.inputs), ("output", response.outputs)):
             conversations.insert_items(
-                conn, items, now=now, conversation=conversation, response=key, response_role=role
+                conn, items, now=now, conversation=joins, response=key, response_role=role
             )
         return _record(conn, key, _lookup(conn, response.id)[1])
 

@@ -6,7 +6,8 @@ vector store, a context too long, a function result that answers no call) before
 event is sent, so those stay HTTP errors; `Turn.events` then yields OpenAI's stream events in
 order and records the turn when it ends: completed, incomplete (the reply was cut off:
 max_output_tokens, or the client went away), cancelled (a background turn), or failed (the
-upstream failed: the user's input and a failed response are kept).
+upstream failed: a failed response keeps the user's input, out of the conversation, so that a
+retried request is not recorded twice).
 
 A turn is one or more rounds with the upstream. The model's text becomes a message item; its
 calls of the client's functions become function_call items and end the turn (the client
