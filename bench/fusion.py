@@ -44,14 +44,27 @@ def _documents(ranked_chunks: Sequence[int], doc_of: dict[int, int]) -> list[int
     return list(dict.fromkeys(doc_of[chunk] for chunk in ranked_chunks[:K] if chunk in doc_of))
 
 
+def _spread(candidates: Sequence[Candidate]) -> dict[int, float]:
+    """Min-max over the list (best 1, last 0): the fusion before issue 33's."""
+    if not candidates:
+        return {}
+    high = max(c.score for c in candidates)
+    low = min(c.score for c in candidates)
+    if high <= low:
+        return {c.key: 1.0 for c in candidates}
+    return {c.key: (c.score - low) / (high - low) for c in candidates}
+
+
 def _min_max(near: Sequence[tuple[int, float]], words: Sequence[tuple[int, float]],
              doc_of: dict[int, int]) -> list[int]:  # fmt: skip
-    ranked = hybrid.fuse(
-        [Candidate(c, str(doc_of[c]), s) for c, s in near if c in doc_of],
-        [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of],
-        K,
-    )
-    return [chunk for chunk, _ in ranked]
+    vectors = [Candidate(c, str(doc_of[c]), s) for c, s in near if c in doc_of]
+    texts = [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of]
+    spread_near, spread_words = _spread(vectors), _spread(texts)
+    own = {
+        key: 0.5 * spread_near.get(key, 0.0) + 0.5 * spread_words.get(key, 0.0)
+        for key in [*spread_near, *spread_words]
+    }
+    return [chunk for chunk, _ in hybrid.supported(own, vectors, texts, K)]
 
 
 def variants() -> dict[str, Fuse]:
@@ -62,20 +75,23 @@ def variants() -> dict[str, Fuse]:
         "hybrid min-max, FTS5 (before)": lambda lists, doc_of, cos: _min_max(
             lists[0], lists[3], doc_of
         ),
-        "hybrid min-max, Tantivy": lambda lists, doc_of, cos: _min_max(lists[0], lists[1], doc_of),
+        "hybrid min-max, Tantivy (before)": lambda lists, doc_of, cos: _min_max(
+            lists[0], lists[1], doc_of
+        ),
     }
-    for weight in (0.3, 0.4, 0.5, 0.6, 0.7):
-        found[f"hybrid evidence, weight {weight}"] = _evidence(weight)
+    for full, named in ((1.0, "ceiling"), (hybrid.FULL_MATCH, "words once")):
+        for weight in (0.3, 0.4, 0.5, 0.6, 0.7):
+            found[f"hybrid evidence, full = {named}, weight {weight}"] = _evidence(weight, full)
     return found
 
 
-def _evidence(weight: float) -> Fuse:
+def _evidence(weight: float, full: float) -> Fuse:
     def fuse(lists: Lists, doc_of: dict[int, int], cos: dict[int, float]) -> list[int]:
         near, words, ceiling, _ = lists
-        vectors = [Candidate(c, str(doc_of[c]), cos[c]) for c in dict(near) | dict(words)
-                   if c in doc_of]  # fmt: skip
+        vectors = [Candidate(c, str(doc_of[c]), (1.0 + cos[c]) / 2.0)
+                   for c in dict(near) | dict(words) if c in doc_of]  # fmt: skip
         texts = [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of]
-        ranked = hybrid.fuse_evidence(vectors, texts, ceiling, K, weight)
+        ranked = hybrid.fuse(vectors, texts, ceiling, K, weight, full)
         return [chunk for chunk, _ in ranked]
 
     return fuse

@@ -138,8 +138,9 @@ def test_hybrid_is_the_default_and_scores_stay_in_zero_one(
         if mode == "lexical":
             assert scores[0] == 1.0
         tops[mode] = scores[0]
-    # Hybrid's top hit scores the best vector similarity, so thresholds mean what they do there.
-    assert tops["hybrid"] == pytest.approx(tops["vector"], abs=1e-5)
+    # Hybrid's scores are evidence (half the cosine, half the words' share of a full match):
+    # the top hit, first in both lists, scores well above an unrelated chunk's 0.
+    assert 0.5 < tops["hybrid"] <= 1.0, tops
 
 
 def test_hybrid_results_say_where_each_list_ranked_them(

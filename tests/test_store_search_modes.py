@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 
 from services.common.vectors import to_bytes
 from services.pb import store_pb2 as pb
-from services.store import migrations
+from services.store import migrations, vector_stores
+from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.records import ChunkInput, SearchHit
 from services.store.repository import Repository
+from services.store.search import lexical as search_lexical
 from services.store.search.filters import Comparison, Filter, matches
 from services.store.search.hits import Candidate
 from services.store.search.hybrid import (
@@ -296,10 +298,8 @@ def test_hybrid_lifts_the_exact_keyword_match_above_vector_neighbours(repo: Repo
     hybrid = repo.search(vector_store_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
     assert texts(hybrid)[0] == target
     scores = [hit.score for hit in hybrid]
-    # The top hit scores the best vector score among the candidates; the rest keep the order.
-    best_vector = max(hit.score for hit in repo.search(vector_store_id, query, k=50))
-    assert scores[0] == pytest.approx(best_vector) and scores == sorted(scores, reverse=True)
-    assert all(0.0 < score <= 1.0 for score in scores)
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 < score <= 1.0 for score in scores[:2])
     # The threshold applies to those final scores.
     cut = repo.search(
         vector_store_id,
@@ -307,9 +307,18 @@ def test_hybrid_lifts_the_exact_keyword_match_above_vector_neighbours(repo: Repo
         k=7,
         mode="hybrid",
         query_text="frobnicator E1234",
-        score_threshold=best_vector * 0.99,
+        score_threshold=scores[0] * 0.99,
     )
     assert texts(cut) == [target]
+
+
+def test_hybrid_scores_are_evidence_not_ranks(repo: Repository) -> None:
+    vector_store_id, query, _ = keyword_corpus(repo)
+    hybrid = repo.search(vector_store_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
+    # A chunk the words missed keeps the score of its closeness (the decoys, found by the
+    # vector list alone): min-max fusion gave the last candidate of each list 0.
+    missed = [hit for hit in hybrid if hit.lexical_rank == 0 and hit.vector_rank <= 2]
+    assert missed and all(hit.score > 0.2 for hit in missed)
 
 
 def test_hybrid_hits_carry_their_rank_in_each_list(repo: Repository) -> None:
@@ -347,9 +356,10 @@ def test_a_query_without_words_falls_back_to_the_vector_ranking(repo: Repository
     hybrid = repo.search(vector_store_id, query, k=7, mode="hybrid", query_text="?!")
     # The vector ranking, a file's later chunks further down (FILE_DECAY).
     near = repo.search(vector_store_id, query, k=candidate_count(7))
-    assert keys(hybrid) == [key for key, _ in fuse(candidates(near), [], 7)]
-    assert hybrid[0] == dataclasses.replace(vector[0], vector_rank=1)
-    assert hybrid[0].score == pytest.approx(vector[0].score)
+    fused = fuse(candidates(near), [], 0.0, 7)
+    assert keys(hybrid) == [key for key, _ in fused]
+    assert [hit.score for hit in hybrid] == pytest.approx([score for _, score in fused])
+    assert hybrid[0] == dataclasses.replace(vector[0], vector_rank=1, score=hybrid[0].score)
     scores = [hit.score for hit in hybrid]
     assert scores == sorted(scores, reverse=True) and scores[1] < scores[0]
 
@@ -366,16 +376,19 @@ def keys(hits: list[SearchHit]) -> list[int]:
     return [int(h.chunk_id.removeprefix("chunk_")) for h in hits]
 
 
-def test_fusion_weighs_both_lists_on_one_scale() -> None:
-    # 1: best vector, last lexical; 2: good in both; 3: lexical only, first; 4: vector, last.
-    vector = [hit(1, "f1", 0.9), hit(2, "f2", 0.8), hit(4, "f4", 0.5)]
-    lexical = [hit(3, "f3", 1.0), hit(2, "f2", 0.8), hit(1, "f1", 0.2)]
-    fused = fuse(vector, lexical, k=4)
-    # Min-max per list, then halves: 2 = .375 + .375, 1 = .5 + 0, 3 = 0 + .5, 4 = 0; of 1
-    # and 3, 1 was found by both lists.
-    assert [key for key, _ in fused] == [2, 1, 3, 4]
-    # Scores: fused / best, times the best vector score.
-    assert [score for _, score in fused] == pytest.approx([0.9, 0.6, 0.6, 0.0])
+def test_fusion_weighs_both_lists_evidence() -> None:
+    # Vector scores are (1 + cos) / 2: 1 has cos .8, 5 .7, 2 .6, 3 .1, 4 0. Lexical: bm25 over
+    # a ceiling of 10 (full evidence at the ceiling here): 3 = 1, 2 = .8, 1 = .2.
+    vector = [hit(1, "f1", 0.9), hit(5, "f5", 0.85), hit(2, "f2", 0.8), hit(3, "f3", 0.55)]
+    vector.append(hit(4, "f4", 0.5))
+    lexical = [hit(3, "f3", 10.0), hit(2, "f2", 8.0), hit(1, "f1", 2.0)]
+    fused = fuse(vector, lexical, 10.0, k=5, weight=0.5, full=1.0)
+    # Halves: 2 = .3 + .4, 3 = .05 + .5, 1 = .4 + .1, 5 = .35 + 0, 4 = 0.
+    assert [key for key, _ in fused] == [2, 3, 1, 5, 4]
+    assert [score for _, score in fused] == pytest.approx([0.7, 0.55, 0.5, 0.35, 0.0])
+    # A score is the chunk's evidence, whatever the other candidates: 2 alone scores the same.
+    alone = fuse([hit(2, "f2", 0.8)], [hit(2, "f2", 8.0)], 10.0, k=1, weight=0.5, full=1.0)
+    assert [key for key, _ in alone] == [2] and alone[0][1] == pytest.approx(0.7)
 
 
 def test_fusion_lets_other_files_in_before_a_files_next_chunk() -> None:
@@ -387,18 +400,18 @@ def test_fusion_lets_other_files_in_before_a_files_next_chunk() -> None:
         hit(4, "fb", 0.87),
         hit(5, "fz", 0.50),
     ]
-    assert [key for key, _ in fuse(vector, [], k=5)] == [1, 4, 2, 3, 5]
+    assert [key for key, _ in fuse(vector, [], 0.0, k=5)] == [1, 4, 2, 3, 5]
     # A file far ahead of the rest keeps its next chunk ahead of them.
     far = [hit(1, "fa", 0.9), hit(2, "fa", 0.9), hit(4, "fb", 0.55), hit(5, "fz", 0.5)]
-    assert [key for key, _ in fuse(far, [], k=4)][:2] == [1, 2]
+    assert [key for key, _ in fuse(far, [], 0.0, k=4)][:2] == [1, 2]
     assert FILE_DECAY < 1
 
 
 def test_fusion_prefers_a_chunk_whose_file_matches_elsewhere_too() -> None:
-    # Own scores (half the min-max vector score): 1 = .5, 2 = .475, 3 = .4, 4 = 0. File "rich"
-    # also holds 3, so 2 gains .3 x .4 and passes 1, which is alone in its file.
-    vector = [hit(1, "lone", 1.0), hit(2, "rich", 0.95), hit(3, "rich", 0.8), hit(4, "z", 0.0)]
-    assert [key for key, _ in fuse(vector, [], k=4)] == [2, 1, 3, 4]
+    # Own scores without words (the cosines): 1 = 1, 2 = .9, 3 = .6, 4 = 0. File "rich" also
+    # holds 3, so 2 gains .3 x .6 and passes 1, which is alone in its file.
+    vector = [hit(1, "lone", 1.0), hit(2, "rich", 0.95), hit(3, "rich", 0.8), hit(4, "z", 0.5)]
+    assert [key for key, _ in fuse(vector, [], 0.0, k=4)] == [2, 1, 3, 4]
     assert FILE_SUPPORT > 0
 
 
@@ -519,20 +532,29 @@ def test_filtered_lexical_and_hybrid_are_exact(
     lexical_hits = lexical(repo, vector_store_id, text, k=k, filter=node)
     assert [hit.chunk_id for hit in lexical_hits] == restricted(every_lexical, keep)[:k]
     n = candidate_count(k)
+    # The lexical candidates' bm25 and the query's ceiling, unfiltered; every chunk's exact
+    # vector score (every_vector holds them all).
+    conn = repo._conn()
+    with atomic(conn, write=False):
+        store_key, _ = vector_stores.lookup(conn, vector_store_id)
+        bm25, ceiling = search_lexical.ranked(conn, store_key, text=text, k=MAX_K, condition=None)
+    file_of = {int(h.chunk_id.removeprefix("chunk_")): h.file_id for h in every_vector}
+    score_of = {int(h.chunk_id.removeprefix("chunk_")): h.score for h in every_vector}
+    near = [chunk for chunk in score_of if file_of[chunk] in keep][:n]
+    found = [(chunk, score) for chunk, score in bm25 if file_of[chunk] in keep][:n]
     fused = fuse(
-        candidates([hit for hit in every_vector if hit.file_id in keep][:n]),
-        candidates([hit for hit in every_lexical if hit.file_id in keep][:n]),
+        [Candidate(c, file_of[c], score_of[c]) for c in dict.fromkeys([*near, *dict(found)])],
+        [Candidate(c, file_of[c], score) for c, score in found],
+        ceiling,
         k,
     )
     hybrid = repo.search(vector_store_id, query, k=k, mode="hybrid", query_text=text, filter=node)
     assert keys(hybrid) == [key for key, _ in fused]
+    assert [hit.score for hit in hybrid] == pytest.approx([score for _, score in fused])
     for hits in (lexical_hits, hybrid):
         assert all(hit.file_id in keep for hit in hits)
     if lexical_hits:
         assert lexical_hits[0].score == 1.0
-    vector_scores = [hit.score for hit in every_vector if hit.file_id in keep][:n]
-    if hybrid:
-        assert hybrid[0].score == pytest.approx(max(vector_scores, default=1.0))
 
 
 # Over gRPC

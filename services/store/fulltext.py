@@ -194,7 +194,7 @@ class FullText:
             clauses.append((tantivy.Occur.Should, query))
             for term in terms:
                 frequency = searcher.doc_freq("text", term)
-                ceiling += _idf(frequency, total) * (_K1 + 1.0)
+                ceiling += _idf(frequency, total) * (K1 + 1.0)
         if not clauses:
             return [], 0.0
         query = tantivy.Query.boolean_query(clauses)
@@ -204,7 +204,13 @@ class FullText:
             query = tantivy.Query.boolean_query(
                 [
                     (tantivy.Occur.Must, query),
-                    (tantivy.Occur.Must, tantivy.Query.term_set_query(SCHEMA, "file", files)),
+                    # Scored 0: a filtered chunk's bm25 is its unfiltered one.
+                    (
+                        tantivy.Occur.Must,
+                        tantivy.Query.const_score_query(
+                            tantivy.Query.term_set_query(SCHEMA, "file", files), 0.0
+                        ),
+                    ),
                 ]
             )
         hits = searcher.search(query, k, count=False).hits
@@ -473,7 +479,7 @@ class FullText:
                     shutil.rmtree(entry, ignore_errors=True)
 
 
-_K1 = 1.2
+K1 = 1.2
 
 
 def _idf(frequency: int, total: int) -> float:

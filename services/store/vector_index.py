@@ -507,6 +507,21 @@ def _all_vectors(conn: apsw.Connection, key: int) -> Iterator[tuple[int, bytes]]
         yield cast(int, rowid), cast(bytes, blob)
 
 
+def distances(conn: apsw.Connection, key: int, query: bytes, ids: Sequence[int]) -> Hits:
+    """The cosine distance of `query` to each of these chunks' vectors (those that have one):
+    the exact score of a candidate another ranking found."""
+    if not ids:
+        return []
+    table = float_table(key) if _stored_kind(conn, key) == COARSE else vec_table(key)
+    column = "id" if table == float_table(key) else "rowid"
+    marks = ",".join("?" * len(ids))
+    sql = (
+        f"SELECT {column}, vec_distance_cosine(embedding, ?) FROM {table}"
+        f" WHERE {column} IN ({marks})"
+    )
+    return _hits(conn.execute(sql, [query, *ids]).fetchall())
+
+
 def _hits(rows: Sequence[Sequence[object]]) -> Hits:
     return [(cast(int, row[0]), cast(float, row[1])) for row in rows]
 

@@ -1,5 +1,5 @@
-"""Searching one vector store: vector (KNN over the embeddings), lexical (FTS5 bm25 over the
-chunk text) or hybrid (reciprocal rank fusion of both), behind one entry point.
+"""Searching one vector store: vector (KNN over the embeddings), lexical (bm25 over the chunk
+text) or hybrid (both rankings' evidence fused: search/hybrid.py), behind one entry point.
 
 `run` validates the request once, reads the vector store and both rankings from one database
 snapshot, applies the score threshold to the final scores and records the vector_store's use.
@@ -119,13 +119,18 @@ def run(
             count = hybrid.candidate_count(k)
             near = nearest(count)
             words: list[tuple[int, float]] = []
+            ceiling = 0.0
             if lexical_ready:
-                matched, _ = lexical.ranked(conn, key, text=text, k=count, condition=condition)
-                words = lexical.relative(matched)
-            file_of = hits.files(conn, key, list({chunk for chunk, _ in [*near, *words]}))
+                words, ceiling = lexical.ranked(conn, key, text=text, k=count, condition=condition)
+            # Every candidate's exact closeness to the query, those only the words found too.
+            scores = dict(near)
+            missing = [chunk for chunk, _ in words if chunk not in scores]
+            scores.update(vector.scores_of(conn, key, blob, missing))
+            file_of = hits.files(conn, key, list(scores.keys() | dict(words).keys()))
             ranked = hybrid.fuse(
-                [hits.Candidate(c, file_of[c], score) for c, score in near if c in file_of],
-                [hits.Candidate(c, file_of[c], score) for c, score in words if c in file_of],
+                [hits.Candidate(c, file_of[c], s) for c, s in scores.items() if c in file_of],
+                [hits.Candidate(c, file_of[c], s) for c, s in words if c in file_of],
+                ceiling,
                 k,
             )
             ranks = _ranks(near, words)

@@ -1,27 +1,21 @@
 """Hybrid search: the vector and the lexical rankings fused into one.
 
 Each list contributes its top candidate_count(k) chunks, under the same attribute filter.
-Their scores live on unrelated scales (cosine, bm25), so each list's are first mapped onto
-[0, 1] by min-max over its own candidates (best 1, last 0), and a chunk's fused score is
-VECTOR_WEIGHT times its vector part plus the rest times its lexical part (0 for a list it is
-not in). A chunk then gains FILE_SUPPORT times the best fused score of another candidate of
-its file, and each further chunk of a file already ranked counts FILE_DECAY times less than
-the one before it: the top k holds more files, while one file that matches far better than
-the rest still fills it.
+A chunk's own evidence is absolute, so its score means the same in every query: VECTOR_WEIGHT
+times its cosine to the query (clipped at 0; every candidate's, those only the words found
+included) plus the rest times its bm25 as a share of a full match (FULL_MATCH of the query's
+ceiling, clipped at 1), 0 for words it lacks. A chunk then gains FILE_SUPPORT times the best
+own evidence of another candidate of its file, and each further chunk of a file already ranked
+counts FILE_DECAY times less than the one before it: the top k holds more files, while one file
+that matches far better than the rest still fills it. The score reported is the chunk's own
+evidence (never above the one ranked before it): 0 for nothing in common with the query, 1
+for its meaning and all its words; a second result that only the vector list found keeps
+its closeness, so score_threshold cuts by evidence, not by rank. A query without searchable
+words ranks by the vector evidence alone.
 
-Measured on the docstring benchmark (bench/quality.py, 2,000 documents, file-level hits),
-against reciprocal rank fusion (RRF, k = 60), which this replaced: MRR@10 0.688 -> 0.717,
-recall@1 0.555 -> 0.594, recall@10 0.909 -> 0.933 (the min-max fusion gave +0.013 MRR@10,
-the decay +0.016 recall@10, the support +0.014 MRR@10). RRF's constant and list weights moved
-it by less than 0.005; the weight here is flat between 0.45 and 0.55, the support between 0.3
-and 0.5, each tuned on one half of the queries and the same on the other; a weight by query
-length gained nothing.
-
-Fused scores mean nothing across queries, so the reported scores are the fused ones divided
-by the best (order kept) times the best vector score among the candidates: the top hit scores
-as close as anything in the store came to the query's meaning, and score_threshold keeps what
-it keeps in vector mode, an unrelated query's hits included (they score low, not 1). Without
-vector candidates (no vectors yet: lexical-only operation) the top hit scores 1.
+Before issue 33 each list was min-max scaled over its own candidates (best 1, last 0), which
+gave the last candidate of either list 0 whatever its match; measured on the docstring
+benchmark (bench/fusion.py, BENCHMARKS.md) the evidence fusion ranks as well.
 
 Conversation history (items.py) fuses with reciprocal_rank_fusion: its lists are short and
 their ties matter more than their margins.
@@ -31,11 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from services.store import fulltext
 from services.store.search.hits import Candidate
 from services.store.vector_index import MAX_K
 
 # The vector list's share of a fused score; the lexical list has the rest.
 VECTOR_WEIGHT = 0.5
+# The share of the bm25 ceiling (every word infinitely often) that counts as full lexical
+# evidence: 1 / (1 + k1) is what a chunk of average length holding each word once scores.
+FULL_MATCH = 1.0 / (1.0 + fulltext.K1)
 # A chunk gains this share of the best fused score of another candidate of its file: a file
 # that matches the query in several places is more likely the one asked about.
 FILE_SUPPORT = 0.3
@@ -69,56 +67,38 @@ def reciprocal_rank_fusion(
     return sorted(scores.items(), key=lambda pair: (-pair[1], best_rank[pair[0]]))
 
 
-def _spread(candidates: Sequence[Candidate]) -> dict[int, float]:
-    """Each candidate's score mapped onto [0, 1] over the list (min-max): best 1, last 0."""
-    if not candidates:
-        return {}
-    high = max(c.score for c in candidates)
-    low = min(c.score for c in candidates)
-    if high <= low:
-        return {c.key: 1.0 for c in candidates}
-    return {c.key: (c.score - low) / (high - low) for c in candidates}
-
-
 def fuse(
-    vector: Sequence[Candidate], lexical: Sequence[Candidate], k: int
-) -> list[tuple[int, float]]:
-    """The top k (chunk key, score) of the fused ranking, best first, scaled so the best
-    scores the best vector score."""
-    near = _spread(vector)
-    words = _spread(lexical)
-    own = {
-        key: VECTOR_WEIGHT * near.get(key, 0.0) + (1.0 - VECTOR_WEIGHT) * words.get(key, 0.0)
-        for key in [*near, *words]
-    }
-    fused = _supported(own, vector, lexical, k)
-    if not fused:
-        return []
-    best = fused[0][1]
-    scale = max((c.score for c in vector), default=1.0)
-    return [(key, (min(1.0, value / best) if best > 0 else 1.0) * scale) for key, value in fused]
-
-
-def fuse_evidence(
     vector: Sequence[Candidate],
     lexical: Sequence[Candidate],
     ceiling: float,
     k: int,
     weight: float = VECTOR_WEIGHT,
+    full: float = FULL_MATCH,
 ) -> list[tuple[int, float]]:
-    """Fusion on absolute evidence: `vector` holds every candidate with its cosine, `lexical`
-    the lexical candidates with their bm25, `ceiling` the bm25 a chunk could reach at most."""
-    near = {c.key: max(0.0, min(1.0, c.score)) for c in vector}
-    words = {c.key: min(1.0, c.score / ceiling) if ceiling > 0 else 0.0 for c in lexical}
+    """The top k (chunk key, score) of the fused ranking, best first. `vector` holds every
+    candidate with its exact vector score (score_from_distance), `lexical` the lexical
+    candidates with their bm25, `ceiling` the bm25 a chunk could reach for the query's words
+    (0: no lexical ranking, the vector evidence stands alone); `full` times it is full
+    lexical evidence."""
+    if ceiling <= 0:
+        weight, lexical = 1.0, []
+    # The cosine itself (the score is (1 + cos) / 2): unrelated text scores near 0, not 0.5.
+    near = {c.key: max(0.0, 2.0 * c.score - 1.0) for c in vector}
+    words = {c.key: min(1.0, c.score / (full * ceiling)) for c in lexical}
     own = {
         key: weight * near.get(key, 0.0) + (1.0 - weight) * words.get(key, 0.0)
         for key in [*near, *words]
     }
-    fused = _supported(own, vector, lexical, k)
-    return [(key, min(1.0, value / (1.0 + FILE_SUPPORT))) for key, value in fused]
+    # Ranked with their files' support, scored by their own evidence: a score says how well
+    # the chunk itself matches, never more than the one ranked before it.
+    scored, cap = [], 1.0
+    for key, _ in supported(own, vector, lexical, k):
+        cap = min(cap, own[key])
+        scored.append((key, cap))
+    return scored
 
 
-def _supported(
+def supported(
     own: dict[int, float], vector: Sequence[Candidate], lexical: Sequence[Candidate], k: int
 ) -> list[tuple[int, float]]:
     """The top k of `own` scores after each chunk gains FILE_SUPPORT times the best other

@@ -92,3 +92,12 @@ def ranked(
             exact=exact,
         )
     return [(chunk_key, score_from_distance(distance)) for chunk_key, distance in found]
+
+
+def scores_of(
+    conn: apsw.Connection, key: int, query: bytes, ids: Sequence[int]
+) -> dict[int, float]:
+    """The exact scores (score_from_distance) of `query` against these chunks, inside the
+    caller's read transaction: hybrid search's evidence for a chunk only the words found."""
+    found = vector_index.distances(conn, key, query, ids)
+    return {chunk_key: score_from_distance(distance) for chunk_key, distance in found}
