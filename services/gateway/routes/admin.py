@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from services.common.vocabulary import AUDIT_OPERATIONS
 from services.gateway.clients import from_grpc
 from services.gateway.errors import invalid
+from services.gateway.operations import operation, query_param
 from services.gateway.params import json_body, optional_str, query_int
 from services.gateway.routes import services
 from services.gateway.routes.health import disk
@@ -20,6 +21,12 @@ from services.pb import store_pb2
 MAINTENANCE_TIMEOUT = 3600.0
 
 
+@operation(
+    "Online backup of the store's database",
+    "BackupResult",
+    "BackupRequest",
+    body_required=False,
+)
 async def backup(request: Request) -> JSONResponse:
     """{"path": optional name inside the store's backup directory} -> where it was written."""
     body = await json_body(request, required=False)
@@ -32,6 +39,11 @@ async def backup(request: Request) -> JSONResponse:
     )
 
 
+@operation(
+    "Replace the database with a backup (checked first; the replaced one is kept)",
+    "RestoreResult",
+    "RestoreRequest",
+)
 async def restore(request: Request) -> JSONResponse:
     """{"path": a backup's name in the store's backup directory} or {"from_replica": true,
     "timestamp": optional RFC 3339 time} -> the restore's figures."""
@@ -64,6 +76,7 @@ async def restore(request: Request) -> JSONResponse:
     )
 
 
+@operation("The backups in the store's backup directory", "BackupList")
 async def list_backups(request: Request) -> JSONResponse:
     reply = await services(request).store.ListBackups(store_pb2.ListBackupsRequest())
     data = [
@@ -73,6 +86,11 @@ async def list_backups(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": data, "has_more": False})
 
 
+@operation(
+    "Download a backup's file",
+    query=[query_param("path", {"type": "string"}, "the backup's name, as listed")],
+    media="application/octet-stream",
+)
 async def download_backup(request: Request) -> StreamingResponse:
     """A backup's bytes, streamed from the store: for a store in a container or on another
     machine. Errors (no such backup) are known before the first byte, from the first piece."""
@@ -103,6 +121,7 @@ async def download_backup(request: Request) -> StreamingResponse:
     )
 
 
+@operation("Reclaim the space of deleted data", "VacuumResult")
 async def vacuum(request: Request) -> JSONResponse:
     # Takes no parameters, but a body that is not JSON is a client's mistake, not a no-op.
     await json_body(request, required=False)
@@ -119,6 +138,7 @@ async def vacuum(request: Request) -> JSONResponse:
     )
 
 
+@operation("Global and per vector store statistics", "Stats")
 async def stats(request: Request) -> JSONResponse:
     deps = services(request)
     reply: store_pb2.StoreStats = await deps.store.GetStats(store_pb2.GetStatsRequest())
@@ -186,6 +206,17 @@ def _replica(found: store_pb2.ReplicaStatus) -> dict[str, object]:
     }
 
 
+@operation(
+    "Audit log of requests and ingests, newest first",
+    "AuditList",
+    query=[
+        query_param("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
+        query_param("operation", {"enum": list(AUDIT_OPERATIONS)}),
+        query_param("store", {"type": "string"}, "a vector store id"),
+        query_param("before", {"type": "integer", "minimum": 0}, "an entry id"),
+        query_param("key", {"type": "string"}, "an API key's name"),
+    ],
+)
 async def audit(request: Request) -> JSONResponse:
     """Newest first; `before` (an entry id) pages on to older entries."""
     operation = request.query_params.get("operation", "")

@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse, Response
 
 from services.gateway import errors
 from services.gateway.chat import completions
+from services.gateway.operations import operation
 from services.gateway.params import check_text, json_body
 from services.gateway.routes import services
 from services.gateway.routes.responses import MAX_REQUEST_BYTES, upstream
@@ -18,6 +19,12 @@ CONVERSATION_HEADER = "X-Ragd-Conversation"
 RESPONSE_HEADER = "X-Ragd-Response-Id"
 
 
+@operation(
+    "Chat completion from the chat upstream (recorded with X-Ragd-Conversation)",
+    "ChatCompletion",
+    "ChatCompletionRequest",
+    events=True,
+)
 async def chat_completions(request: Request) -> Response:
     deps = services(request)
     body = await json_body(request, limit=MAX_REQUEST_BYTES)

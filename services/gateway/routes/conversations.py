@@ -20,6 +20,7 @@ from services.gateway.auth import charge
 from services.gateway.chat.items import parse_items, render
 from services.gateway.chat.outputs import RESULTS
 from services.gateway.errors import invalid
+from services.gateway.operations import INCLUDE_PARAM, operation, paging_params
 from services.gateway.params import (
     json_body,
     metadata,
@@ -69,6 +70,13 @@ def _new_items(body: dict[str, Any], required: bool) -> list[store_pb2.NewItem]:
     return [item.message() for item in parse_items(raw, "items")]
 
 
+@operation(
+    "Create a conversation",
+    "Conversation",
+    "ConversationCreate",
+    body_required=False,
+    returns={"conversation_id": "/id"},
+)
 async def create_conversation(request: Request) -> JSONResponse:
     body = await json_body(request, required=False)
     reply = await services(request).store.CreateConversation(
@@ -89,6 +97,11 @@ def _indexed(request: Request) -> None:
         history.wake()
 
 
+@operation(
+    "List conversations, most recently active first (ragd extension)",
+    "ConversationList",
+    query=paging_params(),
+)
 async def list_conversations(request: Request) -> JSONResponse:
     reply = await services(request).store.ListConversations(
         store_pb2.ListConversationsRequest(
@@ -100,6 +113,7 @@ async def list_conversations(request: Request) -> JSONResponse:
     )
 
 
+@operation("Retrieve a conversation", "Conversation")
 async def get_conversation(request: Request) -> JSONResponse:
     reply = await services(request).store.GetConversation(
         store_pb2.ConversationRef(id=request.path_params["conversation_id"])
@@ -107,6 +121,7 @@ async def get_conversation(request: Request) -> JSONResponse:
     return JSONResponse(conversation(reply))
 
 
+@operation("Update a conversation's metadata (or title)", "Conversation", "ConversationUpdate")
 async def update_conversation(request: Request) -> JSONResponse:
     body = await json_body(request)
     update = store_pb2.UpdateConversationRequest(id=request.path_params["conversation_id"])
@@ -122,6 +137,7 @@ async def update_conversation(request: Request) -> JSONResponse:
     return JSONResponse(conversation(reply))
 
 
+@operation("Delete a conversation with its items", "ConversationDeleted")
 async def delete_conversation(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteConversation(
         store_pb2.ConversationRef(id=request.path_params["conversation_id"])
@@ -129,6 +145,12 @@ async def delete_conversation(request: Request) -> JSONResponse:
     return JSONResponse({"id": reply.id, "object": "conversation.deleted", "deleted": True})
 
 
+@operation(
+    f"Add up to {MAX_NEW_ITEMS} items to a conversation",
+    "ItemList",
+    "ItemsCreate",
+    query=[INCLUDE_PARAM],
+)
 async def create_items(request: Request) -> JSONResponse:
     body = await json_body(request)
     reply = await services(request).store.AddItems(
@@ -143,6 +165,7 @@ async def create_items(request: Request) -> JSONResponse:
     return JSONResponse(objects.page(data, False))
 
 
+@operation("List a conversation's items", "ItemList", query=[*paging_params(), INCLUDE_PARAM])
 async def list_items(request: Request) -> JSONResponse:
     reply = await services(request).store.ListItems(
         store_pb2.ListItemsRequest(
@@ -154,6 +177,7 @@ async def list_items(request: Request) -> JSONResponse:
     return JSONResponse(objects.page([render(i, results) for i in reply.items], reply.has_more))
 
 
+@operation("Retrieve an item", "Item", query=[INCLUDE_PARAM])
 async def get_item(request: Request) -> JSONResponse:
     item = await services(request).store.GetItem(
         store_pb2.ItemRef(
@@ -164,6 +188,7 @@ async def get_item(request: Request) -> JSONResponse:
     return JSONResponse(render(item, includes_results(request)))
 
 
+@operation("Delete an item (returns the conversation)", "Conversation")
 async def delete_item(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteItem(
         store_pb2.ItemRef(
@@ -174,6 +199,11 @@ async def delete_item(request: Request) -> JSONResponse:
     return JSONResponse(conversation(reply))
 
 
+@operation(
+    "Search the items of every conversation, or of one (ragd extension)",
+    "HistorySearchPage",
+    "HistorySearchRequest",
+)
 async def search_history(request: Request) -> JSONResponse:
     """Extension: the items of every conversation (or of one) that best match a query, by
     words, meaning or both (hybrid, the default: items not embedded yet are found by their

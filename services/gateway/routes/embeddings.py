@@ -17,6 +17,7 @@ from services.gateway.auth import charge
 from services.gateway.clients import EmbedderClient
 from services.gateway.errors import InvalidRequest, invalid
 from services.gateway.models import embeddings_model
+from services.gateway.operations import operation
 from services.gateway.params import json_body, optional_str
 from services.gateway.routes import services
 
@@ -78,6 +79,7 @@ async def _check_total_tokens(
         )
 
 
+@operation("Create embeddings", "EmbeddingList", "EmbeddingRequest")
 async def embeddings(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request, limit=MAX_BODY_BYTES)
@@ -144,6 +146,7 @@ async def embeddings(request: Request) -> JSONResponse:
     )
 
 
+@operation("List the served models", "ModelList")
 async def models(request: Request) -> JSONResponse:
     names = await services(request).embedders.names()
     data = [

@@ -21,6 +21,7 @@ from services.gateway import metrics
 from services.gateway.clients import check_health
 from services.gateway.errors import ApiError, invalid
 from services.gateway.models import store_model
+from services.gateway.operations import operation, query_param
 from services.gateway.routes import services
 from services.gateway.routes.vector_stores import DEGRADED_HEADER
 from services.gateway.search import EMBEDDER_UNAVAILABLE, VECTOR_INDEX_UNAVAILABLE
@@ -35,6 +36,7 @@ CHAT_UNAVAILABLE = "chat-unavailable"
 CHECK_TIMEOUT = 1.0
 
 
+@operation("Liveness: the gateway process is up", "Health")
 async def health(request: Request) -> JSONResponse:
     """The process is up; says nothing about its dependencies."""
     return JSONResponse({"status": "ok"})
@@ -57,6 +59,19 @@ def _required(request: Request) -> set[str]:
     return names | {"store"}
 
 
+@operation(
+    "Readiness: 200 while the store serves (degraded: what is missing), 503 when it "
+    "does not or a required dependency is down",
+    "Readiness",
+    other={"503": "Readiness"},
+    query=[
+        query_param(
+            "require",
+            {"type": "string", "pattern": "^(store|embedder|chat)(,(store|embedder|chat))*$"},
+            "dependencies that must be up too, comma-separated: embedder, chat",
+        )
+    ],
+)
 async def ready(request: Request) -> JSONResponse:
     """200 while the store serves: `status` ready, or degraded with the reasons listed (the
     default model's embedder, a chat upstream, sqlite-vec). 503 when the store does not, or a

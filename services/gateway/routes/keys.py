@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 
 from services.common.vocabulary import SCOPES
 from services.gateway.errors import invalid
+from services.gateway.operations import operation, query_param
 from services.gateway.params import json_body, optional_int, optional_str, required_str
 from services.gateway.routes import services
 from services.pb import store_pb2
@@ -41,6 +42,7 @@ def key_object(key: store_pb2.ApiKey) -> dict[str, Any]:
     }
 
 
+@operation("Make an API key (its secret is in this answer only)", "ApiKey", "ApiKeyRequest")
 async def create_key(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request)
@@ -71,6 +73,11 @@ async def create_key(request: Request) -> JSONResponse:
     return JSONResponse({**key_object(created.key), "key": created.secret})
 
 
+@operation(
+    "API keys and their usage",
+    "ApiKeyList",
+    query=[query_param("revoked", {"type": "boolean"}, "include revoked keys")],
+)
 async def list_keys(request: Request) -> JSONResponse:
     revoked = request.query_params.get("revoked", "false").lower() in ("1", "true", "yes")
     reply = await services(request).store.ListApiKeys(store_pb2.ListApiKeysRequest(revoked=revoked))
@@ -79,6 +86,7 @@ async def list_keys(request: Request) -> JSONResponse:
     )
 
 
+@operation("Revoke an API key for good", "ApiKey")
 async def revoke_key(request: Request) -> JSONResponse:
     deps = services(request)
     revoked = await deps.store.RevokeApiKey(
@@ -100,6 +108,11 @@ def project_object(project: store_pb2.Project) -> dict[str, Any]:
     }
 
 
+@operation(
+    "Make a project (what vector stores, files, conversations and keys belong to)",
+    "Project",
+    "ProjectRequest",
+)
 async def create_project(request: Request) -> JSONResponse:
     body = await json_body(request)
     name = required_str(body, "name", max_chars=64)
@@ -107,6 +120,7 @@ async def create_project(request: Request) -> JSONResponse:
     return JSONResponse(project_object(made))
 
 
+@operation("List projects", "ProjectList")
 async def list_projects(request: Request) -> JSONResponse:
     reply = await services(request).store.ListProjects(store_pb2.ListProjectsRequest())
     return JSONResponse(

@@ -19,6 +19,7 @@ from services.gateway.chat.requests import turn_request
 from services.gateway.chat.response import response_object
 from services.gateway.chat.turn import prepare
 from services.gateway.chat.upstream import ChatUpstream
+from services.gateway.operations import INCLUDE_PARAM, operation, paging_params, query_param
 from services.gateway.params import json_body, paging
 from services.gateway.routes import services
 from services.gateway.routes.conversations import includes_results
@@ -42,6 +43,14 @@ def upstream(deps: Services) -> ChatUpstream:
     return deps.chat
 
 
+@operation(
+    "Create a model response (function tools, file_search over vector stores, structured "
+    "output, background runs; history kept)",
+    "Response",
+    "ResponseCreate",
+    returns={"response_id": "/id"},
+    events=True,
+)
 async def create_response(request: Request) -> Response:
     deps = services(request)
     body = await json_body(request, limit=MAX_REQUEST_BYTES)
@@ -119,6 +128,19 @@ def _runs(deps: Services) -> BackgroundRuns:
     return deps.background
 
 
+@operation(
+    "Retrieve a response (stream=true: its events after starting_after)",
+    "Response",
+    query=[
+        INCLUDE_PARAM,
+        query_param("stream", {"type": "boolean"}, "the response's events, followed to its end"),
+        query_param(
+            "starting_after",
+            {"type": "integer", "minimum": 0},
+            "with stream: the sequence number after which events start",
+        ),
+    ],
+)
 async def get_response(request: Request) -> Response:
     """A response; with `stream=true`, its events after `starting_after` (a background run's
     own, followed to its end, else rebuilt from the record)."""
@@ -165,6 +187,7 @@ def _starting_after(request: Request) -> int:
     return value
 
 
+@operation("Cancel a background response", "Response")
 async def cancel_response(request: Request) -> JSONResponse:
     """Ends a background response under way as cancelled; OpenAI refuses to cancel one that
     was not run in the background."""
@@ -181,6 +204,7 @@ async def cancel_response(request: Request) -> JSONResponse:
     return JSONResponse(stored_response(record, _include(request)))
 
 
+@operation("Delete a response", "ResponseDeleted")
 async def delete_response(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteResponse(
         store_pb2.ResponseRef(id=request.path_params["response_id"])
@@ -188,6 +212,11 @@ async def delete_response(request: Request) -> JSONResponse:
     return JSONResponse({"id": reply.id, "object": "response.deleted", "deleted": True})
 
 
+@operation(
+    "List a response's input items",
+    "ItemList",
+    query=[*paging_params(before=False), INCLUDE_PARAM],
+)
 async def list_input_items(request: Request) -> JSONResponse:
     reply = await services(request).store.ListResponseInputItems(
         store_pb2.ListResponseInputItemsRequest(

@@ -30,6 +30,7 @@ from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
 from services.gateway.models import new_store_model, store_model
+from services.gateway.operations import operation, paging_params
 from services.gateway.params import (
     json_body,
     metadata,
@@ -61,6 +62,12 @@ def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
     return "last_active_at", days
 
 
+@operation(
+    "Create a vector store",
+    "VectorStore",
+    "VectorStoreCreate",
+    returns={"vector_store_id": "/id"},
+)
 async def create_vector_store(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request)
@@ -97,6 +104,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
+@operation("List vector stores", "VectorStoreList", query=paging_params())
 async def list_vector_stores(request: Request) -> JSONResponse:
     reply = await services(request).store.ListVectorStores(
         store_pb2.ListVectorStoresRequest(
@@ -108,6 +116,7 @@ async def list_vector_stores(request: Request) -> JSONResponse:
     return JSONResponse(objects.page(data, reply.has_more))
 
 
+@operation("Retrieve a vector store", "VectorStore")
 async def get_vector_store(request: Request) -> JSONResponse:
     vector_store = await services(request).store.GetVectorStore(
         store_pb2.GetVectorStoreRequest(id=request.path_params["vector_store_id"])
@@ -115,6 +124,7 @@ async def get_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
+@operation("Modify a vector store", "VectorStore", "VectorStoreUpdate")
 async def update_vector_store(request: Request) -> JSONResponse:
     body = await json_body(request)
     update = store_pb2.UpdateVectorStoreRequest(id=request.path_params["vector_store_id"])
@@ -132,6 +142,7 @@ async def update_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
+@operation("Delete a vector store", "Deleted")
 async def delete_vector_store(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteVectorStore(
         store_pb2.DeleteVectorStoreRequest(id=request.path_params["vector_store_id"])
@@ -195,6 +206,7 @@ def _search_request(vector_store_id: str, body: dict[str, Any]) -> Search:
     return Search(vector_store_id, queries, k, mode, threshold, filters, exact)
 
 
+@operation("Search a vector store", "SearchPage", "SearchRequest")
 async def search_vector_store(request: Request) -> JSONResponse:
     started = time.perf_counter()
     deps = services(request)
@@ -262,6 +274,11 @@ def _ranks(mode: str, hit: store_pb2.SearchHit) -> dict[str, object]:
     return {"ranks": {"vector": hit.vector_rank or None, "lexical": hit.lexical_rank or None}}
 
 
+@operation(
+    "Re-index a vector store with another model or chunking (ragd extension)",
+    "VectorStore",
+    "VectorStoreReindex",
+)
 async def reindex_vector_store(request: Request) -> JSONResponse:
     """Extension: re-indexes the store with `embedding_model` (and `chunking_strategy`, else
     each file's own, shortened to the model's context) while it keeps serving searches from
@@ -286,6 +303,7 @@ async def reindex_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
+@operation("Cancel a vector store's re-index (ragd extension)", "VectorStore")
 async def cancel_reindex(request: Request) -> JSONResponse:
     """Extension: stops the re-index in progress; the store keeps its old index."""
     vector_store = await services(request).store.CancelReindex(
