@@ -161,22 +161,6 @@ def _check_strings(value: Any, name: str, param: str) -> None:
             stack.extend(item)
 
 
-def render(item: store_pb2.ConversationItem, include_results: bool = True) -> dict[str, Any]:
-    """A stored item as OpenAI's JSON: its body's fields with id, type, role and status."""
-    body: dict[str, Any] = json.loads(item.body_json or "{}")
-    rendered: dict[str, Any] = {"id": item.id, "type": item.type, **body}
-    if item.role:
-        rendered["role"] = item.role
-    rendered["status"] = item.status
-    if item.type == "file_search_call":
-        rendered.setdefault("queries", [])
-        if not include_results:
-            rendered["results"] = None
-        else:
-            rendered.setdefault("results", None)
-    return rendered
-
-
 def stored(item: store_pb2.ConversationItem) -> ChatItem:
     """A stored item back as a ChatItem (to build a model's context from history)."""
     return ChatItem(item.type, item.role, item.status, json.loads(item.body_json or "{}"))

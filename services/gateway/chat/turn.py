@@ -27,14 +27,14 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.gateway import errors
+from services.gateway import errors, objects_chat
 from services.gateway.chat import context
 from services.gateway.chat.context import Passage
 from services.gateway.chat.items import ChatItem, check_calls, stored
 from services.gateway.chat.outputs import Call, Event, Outputs, Round
 from services.gateway.chat.record import in_background, record, usage
-from services.gateway.chat.response import response_object, settings
 from services.gateway.chat.retrieval import file_search, question, user_query
+from services.gateway.chat.settings import settings
 from services.gateway.chat.tools import FILE_SEARCH, Tools, search_queries
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
@@ -112,7 +112,7 @@ class Turn:
             self.status = "queued"
 
     def response(self) -> dict[str, Any]:
-        return response_object(
+        return objects_chat.response(
             id=self.id,
             created_at=self.created_at,
             status=self.status,
@@ -375,7 +375,7 @@ class Turn:
             completed_at=time.time(),
             status=self.status,
             model=self.request.model,
-            settings_json=json.dumps(settings(self.request, self.prompt.dropped_items)),
+            settings_json=settings(self.request, self.prompt.dropped_items).json_text(),
             usage_json=json.dumps(self.usage),
             error_json=json.dumps(self.error or self.incomplete or {}),
             conversation_id=self.request.conversation_id,

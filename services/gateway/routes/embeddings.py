@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import time
 from typing import Any
 
@@ -12,6 +11,7 @@ from starlette.responses import JSONResponse
 from services.common import tracing
 from services.common.model_info import ModelInfo
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
+from services.gateway import objects
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge
 from services.gateway.clients import EmbedderClient
@@ -108,25 +108,12 @@ async def embeddings(request: Request) -> JSONResponse:
         if error.code == "context_length_exceeded":
             error.message += ' ("truncate": true embeds its first tokens)'
         raise
-    data = []
-    floats = result.vectors.tolist() if encoding == "float" else []
-    for index in range(len(texts)):
-        embedding: Any = (
-            base64.b64encode(result.vector_bytes(index)).decode("ascii")
-            if encoding == "base64"
-            else floats[index]
-        )
-        item = {"object": "embedding", "index": index, "embedding": embedding}
-        if truncate:
-            # Extension: which inputs lost tokens, reported only to clients that allowed it.
-            item["truncated"] = result.truncated[index]
-        data.append(item)
     tokens = sum(result.token_counts)
     charge(request.scope, tokens=tokens)
     request.scope[AUDIT_INFO] = {
         "operation": "embeddings",
         "embedded_tokens": tokens,
-        "result_count": len(data),
+        "result_count": len(texts),
         "detail": result.model or info.name,
     }
     tracing.annotate(
@@ -137,19 +124,11 @@ async def embeddings(request: Request) -> JSONResponse:
         }
     )
     return JSONResponse(
-        {
-            "object": "list",
-            "data": data,
-            "model": result.model or info.name,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
+        objects.embedding_list(result, result.model or info.name, encoding, truncate)
     )
 
 
 @operation("List the served models", "ModelList")
 async def models(request: Request) -> JSONResponse:
     names = await services(request).embedders.names()
-    data = [
-        {"id": name, "object": "model", "created": _STARTED, "owned_by": "ragd"} for name in names
-    ]
-    return JSONResponse({"object": "list", "data": data})
+    return JSONResponse(objects.model_list(names, _STARTED))

@@ -75,4 +75,4 @@ async def file_content(request: Request) -> Response:
 async def delete_file(request: Request) -> JSONResponse:
     file_id = request.path_params["file_id"]
     reply = await services(request).store.DeleteFile(store_pb2.GetFileRequest(id=file_id))
-    return JSONResponse({"id": reply.id, "object": "file", "deleted": reply.deleted})
+    return JSONResponse(objects.deleted(reply.id, "file", reply.deleted))

@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.gateway import metrics
+from services.gateway import metrics, objects_admin
 from services.gateway.clients import check_health
 from services.gateway.errors import ApiError, invalid
 from services.gateway.models import store_model
@@ -108,7 +108,7 @@ async def ready(request: Request) -> JSONResponse:
             status = await deps.store.GetStatus(
                 store_pb2.GetStatusRequest(served=served), timeout=2.0
             )
-            body["disk"] = disk(status)
+            body["disk"] = objects_admin.disk(status)
             # A store without sqlite-vec serves (lexical-only): ready, and says why.
             body["vector_index"] = "unavailable" if status.vector_index_error else "available"
             if status.vector_index_error:
@@ -149,12 +149,3 @@ def unserved_models(status: store_pb2.StoreStatus) -> list[dict[str, Any]]:
         for use in status.models
         if not use.served
     ]
-
-
-def disk(status: store_pb2.StoreStatus) -> dict[str, Any]:
-    """The store's disk, as /ready and /admin/stats show it."""
-    return {
-        "free_bytes": status.disk_free_bytes,
-        "total_bytes": status.disk_total_bytes,
-        "full": status.storage_full,
-    }

@@ -3,20 +3,19 @@ the conversation, answered by the operator's chat upstream; stored responses rea
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.gateway import errors, objects
+from services.common.vocabulary import PENDING_RESPONSE_STATUSES
+from services.gateway import errors, objects, objects_chat
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.chat.background import BackgroundRuns, replayed
-from services.gateway.chat.items import render
 from services.gateway.chat.outputs import RESULTS
 from services.gateway.chat.requests import turn_request
-from services.gateway.chat.response import response_object
+from services.gateway.chat.settings import ResponseSettings
 from services.gateway.chat.turn import prepare
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.operations import INCLUDE_PARAM, operation, paging_params, query_param
@@ -97,27 +96,6 @@ async def create_response(request: Request) -> Response:
     return JSONResponse(turn.response())
 
 
-def stored_response(record: store_pb2.ResponseRecord, include: list[str]) -> dict[str, Any]:
-    """A stored response as OpenAI's object; file_search results only if `include` asks
-    (as OpenAI's GET does, whatever the create request asked for)."""
-    settings = json.loads(record.settings_json or "{}")
-    problem = json.loads(record.error_json or "{}") or None
-    return response_object(
-        id=record.id,
-        created_at=record.created_at,
-        status=record.status,
-        model=record.model,
-        settings=settings,
-        previous_response_id=record.previous_response_id,
-        conversation_id=record.conversation_id,
-        outputs=[render(item, RESULTS in include) for item in record.outputs],
-        usage=json.loads(record.usage_json or "{}") or None,
-        error=problem if record.status == "failed" else None,
-        incomplete=problem if record.status == "incomplete" else None,
-        completed_at=record.completed_at or None,
-    )
-
-
 def _include(request: Request) -> list[str]:
     return [RESULTS] if includes_results(request) else []
 
@@ -156,10 +134,10 @@ async def get_response(request: Request) -> Response:
         events = deps.background.follow(run, after)
         return ClosingStream(server_sent_events(events), "text/event-stream")
     record = await deps.store.GetResponse(store_pb2.ResponseRef(id=response_id))
-    shown = stored_response(record, _include(request))
+    shown = objects_chat.stored_response(record, _include(request))
     if streamed == "false":
         return JSONResponse(shown)
-    if record.status in ("queued", "in_progress"):
+    if record.status in PENDING_RESPONSE_STATUSES:
         raise errors.Conflict(
             f"response {response_id!r} runs on another gateway, which holds its events; poll "
             "GET /v1/responses/{id} until it ends, then stream it"
@@ -194,14 +172,14 @@ async def cancel_response(request: Request) -> JSONResponse:
     deps = services(request)
     response_id = request.path_params["response_id"]
     record = await deps.store.GetResponse(store_pb2.ResponseRef(id=response_id))
-    if not json.loads(record.settings_json or "{}").get("background"):
+    if not ResponseSettings.read(record.settings_json).background:
         raise errors.InvalidRequest(
             f"response {response_id!r} was not run in the background: only background "
             "responses can be cancelled",
             param="response_id",
         )
     record = await _runs(deps).cancel(response_id)
-    return JSONResponse(stored_response(record, _include(request)))
+    return JSONResponse(objects_chat.stored_response(record, _include(request)))
 
 
 @operation("Delete a response", "ResponseDeleted")
@@ -209,7 +187,7 @@ async def delete_response(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteResponse(
         store_pb2.ResponseRef(id=request.path_params["response_id"])
     )
-    return JSONResponse({"id": reply.id, "object": "response.deleted", "deleted": True})
+    return JSONResponse(objects_chat.deleted(reply.id, "response.deleted"))
 
 
 @operation(
@@ -225,5 +203,5 @@ async def list_input_items(request: Request) -> JSONResponse:
         )
     )
     results = includes_results(request)
-    data = [render(item, results) for item in reply.items]
+    data = [objects_chat.item(item, results) for item in reply.items]
     return JSONResponse(objects.page(data, reply.has_more))

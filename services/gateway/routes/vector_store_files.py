@@ -122,19 +122,10 @@ async def update_file(request: Request) -> JSONResponse:
 @operation("Remove a file (its chunks and vectors) from the vector store", "Deleted")
 async def delete_file(request: Request) -> JSONResponse:
     reply = await services(request).store.DetachFile(_ref(request))
-    return JSONResponse(
-        {"id": reply.file_id, "object": "vector_store.file.deleted", "deleted": reply.deleted}
-    )
+    return JSONResponse(objects.deleted(reply.file_id, "vector_store.file.deleted", reply.deleted))
 
 
 @operation("The file's stored chunks", "VectorStoreFileContent")
 async def file_content(request: Request) -> JSONResponse:
     reply = await services(request).store.GetVectorStoreFileChunks(_ref(request))
-    return JSONResponse(
-        {
-            "object": "vector_store.file_content.page",
-            "data": [{"type": "text", "text": chunk.text} for chunk in reply.chunks],
-            "has_more": False,
-            "next_page": None,
-        }
-    )
+    return JSONResponse(objects.file_content(reply.chunks))

@@ -13,7 +13,6 @@ from starlette.responses import JSONResponse
 from services.common import tracing
 from services.common.vocabulary import (
     DEFAULT_SEARCH_MODE,
-    HYBRID,
     MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
@@ -23,7 +22,6 @@ from services.common.vocabulary import (
 )
 from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
-from services.gateway.attributes import attributes_python
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge, key_name
 from services.gateway.errors import invalid
@@ -147,9 +145,7 @@ async def delete_vector_store(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteVectorStore(
         store_pb2.DeleteVectorStoreRequest(id=request.path_params["vector_store_id"])
     )
-    return JSONResponse(
-        {"id": reply.id, "object": "vector_store.deleted", "deleted": reply.deleted}
-    )
+    return JSONResponse(objects.deleted(reply.id, "vector_store.deleted", reply.deleted))
 
 
 def _queries(body: dict[str, Any]) -> list[str]:
@@ -214,17 +210,6 @@ async def search_vector_store(request: Request) -> JSONResponse:
     config = deps.config
     deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
     found = await search(deps.embedders, deps.store, asked, deadlines)
-    data = [
-        {
-            "file_id": hit.file_id,
-            "filename": hit.filename,
-            "score": round(float(hit.score), 6),
-            "attributes": attributes_python(hit.attributes),
-            "content": [{"type": "text", "text": hit.text}],
-            **_ranks(found.mode, hit),
-        }
-        for hit in found.hits
-    ]
     elapsed = time.perf_counter() - started
     metrics.searched(found.mode, elapsed, found.degraded)
     tracing.annotate(
@@ -233,7 +218,7 @@ async def search_vector_store(request: Request) -> JSONResponse:
             "gen_ai.data_source.id": asked.vector_store_id,
             "ragd.search.mode": found.mode,
             "ragd.search.degraded": found.degraded,
-            "ragd.search.results": len(data),
+            "ragd.search.results": len(found.hits),
             "gen_ai.usage.input_tokens": found.embedded_tokens,
         }
     )
@@ -244,34 +229,16 @@ async def search_vector_store(request: Request) -> JSONResponse:
         "operation": "search",
         "vector_store_id": asked.vector_store_id,
         "k": asked.k,
-        "result_count": len(data),
+        "result_count": len(found.hits),
         "degraded": found.degraded,
         "detail": detail,
         "embedded_tokens": found.embedded_tokens,
     }
     charge(request.scope, tokens=found.embedded_tokens)
     return JSONResponse(
-        {
-            "object": "vector_store.search_results.page",
-            # rewrite_query is accepted, but ragd searches with the query as given.
-            "search_query": list(asked.queries),
-            "data": data,
-            "has_more": False,
-            "next_page": None,
-            # Extensions: the mode that ranked the results, and whether it replaced the one
-            # asked for because the embedder was unavailable.
-            "mode": found.mode,
-            "degraded": found.degraded,
-        },
+        objects.search_page(asked.queries, found.hits, found.mode, found.degraded),
         headers={DEGRADED_HEADER: found.reason} if found.degraded else None,
     )
-
-
-def _ranks(mode: str, hit: store_pb2.SearchHit) -> dict[str, object]:
-    """Extension, hybrid mode: where each list ranked the result (null: not found by it)."""
-    if mode != HYBRID:
-        return {}
-    return {"ranks": {"vector": hit.vector_rank or None, "lexical": hit.lexical_rank or None}}
 
 
 @operation(
