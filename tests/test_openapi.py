@@ -43,7 +43,7 @@ def test_every_route_has_an_operation_and_its_path_parameters() -> None:
             declared = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
             assert declared == names, (path, declared)
     unknown = Route("/v1/unknown", lambda request: None, methods=["GET"])
-    with pytest.raises(LookupError, match="GET /v1/unknown has no entry"):
+    with pytest.raises(LookupError, match="GET /v1/unknown has no @operation"):
         build_spec([*ROUTES, unknown])
 
 

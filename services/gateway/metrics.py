@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.common import tracing
 from services.common.metrics import DURATION_BUCKETS
+from services.gateway.operations import operation
 
 HTTP_REQUESTS = Counter(
     "ragd_http_requests",
@@ -125,6 +126,7 @@ def ingested(outcome: str, seconds: float, chunks: int) -> None:
     INGEST_CHUNKS.inc(chunks)
 
 
+@operation("Prometheus metrics (text exposition format)", media="text/plain")
 async def metrics(request: Request) -> Response:
     """GET /metrics: Prometheus text exposition."""
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

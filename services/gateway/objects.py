@@ -1,12 +1,21 @@
-"""Store messages rendered as OpenAI's JSON objects."""
+"""Store messages rendered as OpenAI's JSON objects: files, vector stores, their files and
+batches, searches, lists and deletions. The schemas they match are in schemas.py;
+tests/test_renderers.py checks every property is produced (objects_admin.py and
+objects_chat.py render the other families)."""
 
 from __future__ import annotations
 
+import base64
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from services.common.vocabulary import HYBRID
 from services.gateway.attributes import attributes_python
 from services.pb import store_pb2
+
+if TYPE_CHECKING:
+    from services.gateway.clients import Embedded
 
 
 def file_counts(counts: store_pb2.FileCounts) -> dict[str, int]:
@@ -142,3 +151,85 @@ def page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
         "last_id": data[-1]["id"] if data else None,
         "has_more": has_more,
     }
+
+
+def deleted(object_id: str, kind: str, done: bool = True) -> dict[str, Any]:
+    """OpenAI's answer to a delete: `kind` is the deleted object's `object` ("file",
+    "vector_store.deleted", ...)."""
+    return {"id": object_id, "object": kind, "deleted": done}
+
+
+def file_content(chunks: Sequence[store_pb2.StoredChunk]) -> dict[str, Any]:
+    """A vector store file's stored chunks, one page (OpenAI's file content page)."""
+    return {
+        "object": "vector_store.file_content.page",
+        "data": [{"type": "text", "text": chunk.text} for chunk in chunks],
+        "has_more": False,
+        "next_page": None,
+    }
+
+
+def search_result(hit: store_pb2.SearchHit, mode: str) -> dict[str, Any]:
+    rendered: dict[str, Any] = {
+        "file_id": hit.file_id,
+        "filename": hit.filename,
+        "score": round(float(hit.score), 6),
+        "attributes": attributes_python(hit.attributes),
+        "content": [{"type": "text", "text": hit.text}],
+    }
+    if mode == HYBRID:
+        # Extension: where each list ranked the result (null: not found by it).
+        rendered["ranks"] = {
+            "vector": hit.vector_rank or None,
+            "lexical": hit.lexical_rank or None,
+        }
+    return rendered
+
+
+def search_page(
+    queries: Sequence[str], hits: Sequence[store_pb2.SearchHit], mode: str, degraded: bool
+) -> dict[str, Any]:
+    return {
+        "object": "vector_store.search_results.page",
+        # rewrite_query is accepted, but ragd searches with the query as given.
+        "search_query": list(queries),
+        "data": [search_result(hit, mode) for hit in hits],
+        "has_more": False,
+        "next_page": None,
+        # Extensions: the mode that ranked the results, and whether it replaced the one
+        # asked for because the embedder was unavailable.
+        "mode": mode,
+        "degraded": degraded,
+    }
+
+
+def embedding_list(result: Embedded, model: str, encoding: str, truncate: bool) -> dict[str, Any]:
+    """OpenAI's embeddings: floats, or base64 of little-endian float32 (`encoding`)."""
+    data = []
+    floats = result.vectors.tolist() if encoding == "float" else []
+    for index in range(len(result.token_counts)):
+        embedding: Any = (
+            base64.b64encode(result.vector_bytes(index)).decode("ascii")
+            if encoding == "base64"
+            else floats[index]
+        )
+        item = {"object": "embedding", "index": index, "embedding": embedding}
+        if truncate:
+            # Extension: which inputs lost tokens, reported only to clients that allowed it.
+            item["truncated"] = result.truncated[index]
+        data.append(item)
+    tokens = sum(result.token_counts)
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def model(name: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": "ragd"}
+
+
+def model_list(names: Sequence[str], created: int) -> dict[str, Any]:
+    return {"object": "list", "data": [model(name, created) for name in names]}

@@ -22,6 +22,15 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.common.vocabulary import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    IN_PROGRESS,
+    INCOMPLETE,
+    PENDING_RESPONSE_STATUSES,
+    QUEUED,
+)
 from services.gateway import errors
 from services.gateway.chat import record
 from services.gateway.chat.outputs import Event
@@ -56,7 +65,7 @@ class BackgroundRuns:
     async def start(self, turn: Turn) -> None:
         """Records the response as queued with its input, then runs the turn apart."""
         request = turn.record_request()
-        request.status = "queued"
+        request.status = QUEUED
         await self._store.StartResponse(
             store_pb2.StartResponseRequest(response=request, lease_seconds=self._lease)
         )
@@ -97,7 +106,7 @@ class BackgroundRuns:
             try:
                 reply = await self._store.RenewResponse(
                     store_pb2.RenewResponseRequest(
-                        id=run.turn.id, lease_seconds=self._lease, status="in_progress"
+                        id=run.turn.id, lease_seconds=self._lease, status=IN_PROGRESS
                     )
                 )
             except errors.NotFound:
@@ -107,7 +116,7 @@ class BackgroundRuns:
                 # The store is away: try again; the lease has room for a missed renewal.
                 log.warning("could not renew %s: %s", run.turn.id, error.message)
                 continue
-            if reply.status not in ("queued", "in_progress"):
+            if reply.status not in PENDING_RESPONSE_STATUSES:
                 self._stop(run, "cancelled")
                 return
 
@@ -119,7 +128,7 @@ class BackgroundRuns:
     async def cancel(self, response_id: str) -> store_pb2.ResponseRecord:
         reply = await self._store.CancelResponse(store_pb2.ResponseRef(id=response_id))
         run = self._runs.get(response_id)
-        if run is not None and reply.status == "cancelled":
+        if run is not None and reply.status == CANCELLED:
             self._stop(run, "cancelled")
         return reply
 
@@ -160,7 +169,7 @@ class BackgroundRuns:
 def replayed(response: dict[str, Any], after: int) -> list[Event]:
     """The events of a finished response rebuilt from its record (its run's own events are
     gone): created, each output item added and done, and the final event."""
-    shell = {**response, "status": "in_progress", "output": []}
+    shell = {**response, "status": IN_PROGRESS, "output": []}
     events: list[Event] = [
         {"type": "response.created", "response": shell},
         {"type": "response.in_progress", "response": shell},
@@ -173,9 +182,9 @@ def replayed(response: dict[str, Any], after: int) -> list[Event]:
         events.append({"type": "response.output_item.done", "output_index": index, "item": item})
     # A cancelled response ends without a final event, as its live stream did.
     final = {
-        "completed": "response.completed",
-        "failed": "response.failed",
-        "incomplete": "response.incomplete",
+        COMPLETED: "response.completed",
+        FAILED: "response.failed",
+        INCOMPLETE: "response.incomplete",
     }.get(response["status"])
     if final:
         events.append({"type": final, "response": response})

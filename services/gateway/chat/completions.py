@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from services.common.vocabulary import MAX_NEW_ITEMS, ROLES
+from services.common.vocabulary import COMPLETED, FAILED, INCOMPLETE, MAX_NEW_ITEMS, ROLES
 from services.gateway import errors
 from services.gateway.chat.items import ChatItem, message, parse_items
 from services.gateway.chat.record import in_background, record, usage
@@ -115,7 +115,7 @@ class Recording:
             return
         self.done = True
         outputs: list[ChatItem] = []
-        if status != "failed":
+        if status != FAILED:
             outputs.append(message("assistant", self.text, status))
             if self.reasoning:
                 content = [{"type": "reasoning_text", "text": self.reasoning}]
@@ -138,7 +138,7 @@ class Recording:
         )
 
     def status(self) -> str:
-        return "incomplete" if self.finish == "length" else "completed"
+        return INCOMPLETE if self.finish == "length" else COMPLETED
 
 
 def recording(
@@ -165,7 +165,7 @@ async def complete(
             await reply.aclose()
     except errors.ApiError as error:
         if turn is not None:
-            await turn.finish_with("failed", {"code": error.code, "message": error.message})
+            await turn.finish_with(FAILED, {"code": error.code, "message": error.message})
         raise
     if turn is not None:
         turn.absorb(completion)
@@ -188,7 +188,7 @@ async def relay(reply: httpx.Response, turn: Recording | None) -> AsyncGenerator
             yield (line + "\n").encode()
     except httpx.HTTPError as error:
         if turn is not None:
-            await turn.finish_with("failed", {"code": "bad_gateway", "message": str(error)})
+            await turn.finish_with(FAILED, {"code": "bad_gateway", "message": str(error)})
         failure = {
             "error": {"message": f"the chat upstream failed: {error}", "type": "server_error"}
         }
@@ -197,5 +197,5 @@ async def relay(reply: httpx.Response, turn: Recording | None) -> AsyncGenerator
         await reply.aclose()
         if turn is not None and not turn.done:
             # The client went away (or the stream ended without [DONE]): keep what came.
-            status = "incomplete" if not turn.finish else turn.status()
+            status = INCOMPLETE if not turn.finish else turn.status()
             in_background(turn.finish_with(status))

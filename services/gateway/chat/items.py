@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.vocabulary import ITEM_STATUSES, MAX_ITEM_BYTES, ROLES
+from services.common.vocabulary import COMPLETED, ITEM_STATUSES, MAX_ITEM_BYTES, ROLES
 from services.gateway.errors import invalid
 from services.gateway.params import check_text
 from services.pb import store_pb2
@@ -35,7 +35,7 @@ class ChatItem:
 
     type: str
     role: str = ""
-    status: str = "completed"
+    status: str = COMPLETED
     body: dict[str, Any] = field(default_factory=dict)
     # The id a response's output was streamed under (kept by the store); "" for new items.
     id: str = ""
@@ -76,7 +76,7 @@ def item_text(kind: str, body: dict[str, Any]) -> str:
     return ""
 
 
-def message(role: str, text: str, status: str = "completed") -> ChatItem:
+def message(role: str, text: str, status: str = COMPLETED) -> ChatItem:
     part = "output_text" if role == "assistant" else "input_text"
     content: dict[str, Any] = {"type": part, "text": text}
     if part == "output_text":
@@ -103,7 +103,7 @@ def _item(raw: Any, name: str, param: str) -> ChatItem:
     kind = raw.get("type", "message")
     if not isinstance(kind, str) or not kind:
         raise invalid(f"'{name}.type' must be a string", param=param)
-    status = raw.get("status") or "completed"
+    status = raw.get("status") or COMPLETED
     if status not in ITEM_STATUSES:
         raise invalid(f"'{name}.status' must be one of {', '.join(ITEM_STATUSES)}", param=param)
     body = {key: value for key, value in raw.items() if key not in HEAD}
@@ -159,22 +159,6 @@ def _check_strings(value: Any, name: str, param: str) -> None:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-
-
-def render(item: store_pb2.ConversationItem, include_results: bool = True) -> dict[str, Any]:
-    """A stored item as OpenAI's JSON: its body's fields with id, type, role and status."""
-    body: dict[str, Any] = json.loads(item.body_json or "{}")
-    rendered: dict[str, Any] = {"id": item.id, "type": item.type, **body}
-    if item.role:
-        rendered["role"] = item.role
-    rendered["status"] = item.status
-    if item.type == "file_search_call":
-        rendered.setdefault("queries", [])
-        if not include_results:
-            rendered["results"] = None
-        else:
-            rendered.setdefault("results", None)
-    return rendered
 
 
 def stored(item: store_pb2.ConversationItem) -> ChatItem:

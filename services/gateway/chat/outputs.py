@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.common.vocabulary import COMPLETED, IN_PROGRESS, INCOMPLETE
 from services.gateway.chat import context
 from services.gateway.chat.context import Passage
 from services.gateway.chat.items import HEAD, ChatItem
@@ -49,7 +50,7 @@ class Round:
 
     @property
     def status(self) -> str:
-        return "incomplete" if self.finish == "length" else "completed"
+        return INCOMPLETE if self.finish == "length" else COMPLETED
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Outputs:
         item = {
             "id": item_id or "fs_" + secrets.token_hex(16),
             "type": "file_search_call",
-            "status": "in_progress",
+            "status": IN_PROGRESS,
             "queries": queries,
             "results": None,
         }
@@ -93,7 +94,7 @@ class Outputs:
     def search_done(self, item: dict[str, Any], results: list[dict[str, Any]]) -> Iterator[Event]:
         index = self.items.index(item)
         self.results[item["id"]] = results
-        item["status"] = "completed"
+        item["status"] = COMPLETED
         if RESULTS in self.include:
             item["results"] = results
         yield self.event(
@@ -108,7 +109,7 @@ class Outputs:
                 "id": "msg_" + secrets.token_hex(16),
                 "type": "message",
                 "role": "assistant",
-                "status": "in_progress",
+                "status": IN_PROGRESS,
                 "content": [],
             }
             current.message, current.index, current.wrote = item, len(self.items), True
@@ -165,7 +166,7 @@ class Outputs:
         function = delta.get("function") or {}
         call = current.calls.get(position)
         if call is None:
-            yield from self.close_message(current, "completed", passages, question)
+            yield from self.close_message(current, COMPLETED, passages, question)
             name = str(function.get("name") or "")
             call = Call(
                 call_id=str(delta.get("id") or "call_" + secrets.token_hex(12)),
@@ -178,7 +179,7 @@ class Outputs:
                 call.item = {
                     "id": "fc_" + secrets.token_hex(16),
                     "type": "function_call",
-                    "status": "in_progress",
+                    "status": IN_PROGRESS,
                     "arguments": "",
                     "call_id": call.call_id,
                     "name": name,
@@ -225,7 +226,7 @@ class Outputs:
                 "type": "reasoning",
                 "summary": [],
                 "content": [{"type": "reasoning_text", "text": current.reasoning}],
-                "status": "completed",
+                "status": COMPLETED,
             }
             index = len(self.items)
             self.items.append(thought)
@@ -237,13 +238,13 @@ class Outputs:
         for event in self.text(current, "", []):
             if event["type"] != "response.output_text.delta":
                 yield event
-        yield from self.close_message(current, "completed", [], "")
+        yield from self.close_message(current, COMPLETED, [], "")
 
     def interrupted(self) -> None:
         """What was under way when the turn stopped is incomplete."""
         for item in self.items:
-            if item["status"] == "in_progress":
-                item["status"] = "incomplete"
+            if item["status"] == IN_PROGRESS:
+                item["status"] = INCOMPLETE
 
     def stored(self) -> list[ChatItem]:
         """The items as the store records them (file_search calls with their results)."""

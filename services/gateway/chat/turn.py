@@ -28,14 +28,23 @@ from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.gateway import errors
+from services.common.vocabulary import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    IN_PROGRESS,
+    INCOMPLETE,
+    PENDING_RESPONSE_STATUSES,
+    QUEUED,
+)
+from services.gateway import errors, objects_chat
 from services.gateway.chat import context
 from services.gateway.chat.context import Passage
 from services.gateway.chat.items import ChatItem, check_calls, stored
 from services.gateway.chat.outputs import Call, Event, Outputs, Round
 from services.gateway.chat.record import in_background, record, usage
-from services.gateway.chat.response import response_object, settings
 from services.gateway.chat.retrieval import file_search, question, user_query
+from services.gateway.chat.settings import settings
 from services.gateway.chat.tools import FILE_SEARCH, Tools, search_queries
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
@@ -93,7 +102,7 @@ class Turn:
     searched: ChatItem | None = None
     outputs: Outputs = field(init=False)
     usage: dict[str, Any] = field(default_factory=dict)
-    status: str = "in_progress"
+    status: str = IN_PROGRESS
     error: dict[str, Any] | None = None
     incomplete: dict[str, Any] | None = None
     recorded: bool = False
@@ -110,10 +119,10 @@ class Turn:
         self.passages = list(self.prompt.passages)
         self.outputs = Outputs(self.request.include, FILE_SEARCH if self.hosted else "")
         if self.request.background:
-            self.status = "queued"
+            self.status = QUEUED
 
     def response(self) -> dict[str, Any]:
-        return response_object(
+        return objects_chat.response(
             id=self.id,
             created_at=self.created_at,
             status=self.status,
@@ -133,21 +142,21 @@ class Turn:
         `failure` for a caller that does not stream."""
         try:
             yield self.outputs.event("response.created", response=self.response())
-            if self.status == "queued":
+            if self.status == QUEUED:
                 yield self.outputs.event("response.queued", response=self.response())
-                self.status = "in_progress"
+                self.status = IN_PROGRESS
             yield self.outputs.event("response.in_progress", response=self.response())
             for event in self._search_events():
                 yield event
             async with contextlib.aclosing(self._rounds(stream)) as rounds:
                 async for event in rounds:
                     yield event
-            final = "response.completed" if self.status == "completed" else "response.incomplete"
+            final = "response.completed" if self.status == COMPLETED else "response.incomplete"
             await self._record()
             yield self.outputs.event(final, response=self.response())
         except errors.ApiError as error:
             self.failure = error
-            self.status = "failed"
+            self.status = FAILED
             self.error = {"code": error.code or "server_error", "message": error.message}
             # A reply cut off by a failure is not kept: the input and the failure are.
             self.outputs.items = [item for item in self.outputs.items if item["type"] != "message"]
@@ -159,19 +168,19 @@ class Turn:
         finally:
             if self.stop == "deleted":
                 self.recorded = True
-            if not self.recorded and self.status in ("queued", "in_progress"):
+            if not self.recorded and self.status in PENDING_RESPONSE_STATUSES:
                 # The client went away mid-reply, or a background turn was stopped: keep what
                 # was made, as incomplete (cancelled; failed at shutdown).
                 if self.stop == "cancelled":
-                    self.status = "cancelled"
+                    self.status = CANCELLED
                 elif self.stop == "shutdown":
-                    self.status = "failed"
+                    self.status = FAILED
                     self.error = {
                         "code": "server_error",
                         "message": "the gateway stopped during this turn; send it again",
                     }
                 else:
-                    self.status = "incomplete"
+                    self.status = INCOMPLETE
                     self.incomplete = {"reason": "client_disconnected"}
                 self.outputs.interrupted()
                 in_background(self._record())
@@ -207,7 +216,7 @@ class Turn:
             cut = current.finish == "length"
             client_calls = len(hosted) < len(current.calls)
             if cut or client_calls or not hosted:
-                self.status = "incomplete" if cut else "completed"
+                self.status = INCOMPLETE if cut else COMPLETED
                 if cut:
                     self.incomplete = {"reason": "max_output_tokens"}
                 if not current.wrote and not cut:
@@ -376,7 +385,7 @@ class Turn:
             completed_at=time.time(),
             status=self.status,
             model=self.request.model,
-            settings_json=json.dumps(settings(self.request, self.prompt.dropped_items)),
+            settings_json=settings(self.request, self.prompt.dropped_items).json_text(),
             usage_json=json.dumps(self.usage),
             error_json=json.dumps(self.error or self.incomplete or {}),
             conversation_id=self.request.conversation_id,

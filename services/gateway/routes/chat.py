@@ -6,8 +6,10 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from services.common.vocabulary import FAILED
 from services.gateway import errors
 from services.gateway.chat import completions
+from services.gateway.operations import operation
 from services.gateway.params import check_text, json_body
 from services.gateway.routes import services
 from services.gateway.routes.responses import MAX_REQUEST_BYTES, upstream
@@ -18,6 +20,12 @@ CONVERSATION_HEADER = "X-Ragd-Conversation"
 RESPONSE_HEADER = "X-Ragd-Response-Id"
 
 
+@operation(
+    "Chat completion from the chat upstream (recorded with X-Ragd-Conversation)",
+    "ChatCompletion",
+    "ChatCompletionRequest",
+    events=True,
+)
 async def chat_completions(request: Request) -> Response:
     deps = services(request)
     body = await json_body(request, limit=MAX_REQUEST_BYTES)
@@ -42,7 +50,7 @@ async def chat_completions(request: Request) -> Response:
         reply = await chat.forward(body)
     except errors.ApiError as error:
         if turn is not None:
-            await turn.finish_with("failed", {"code": error.code, "message": error.message})
+            await turn.finish_with(FAILED, {"code": error.code, "message": error.message})
         raise
     response = ClosingStream(completions.relay(reply, turn), "text/event-stream")
     response.headers.update(headers)

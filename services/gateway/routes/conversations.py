@@ -15,11 +15,12 @@ from services.common.vocabulary import (
     MAX_TITLE_CHARS,
     SEARCH_MODES,
 )
-from services.gateway import objects
+from services.gateway import objects, objects_chat
 from services.gateway.auth import charge
-from services.gateway.chat.items import parse_items, render
+from services.gateway.chat.items import parse_items
 from services.gateway.chat.outputs import RESULTS
 from services.gateway.errors import invalid
+from services.gateway.operations import INCLUDE_PARAM, operation, paging_params
 from services.gateway.params import (
     json_body,
     metadata,
@@ -34,20 +35,6 @@ from services.gateway.search import query_vectors
 from services.pb import store_pb2
 
 MAX_HISTORY_RESULTS = 100
-
-
-def conversation(item: store_pb2.Conversation) -> dict[str, Any]:
-    return {
-        "id": item.id,
-        "object": "conversation",
-        "created_at": item.created_at,
-        "metadata": dict(item.metadata),
-        # Extensions: what a list of conversations shows.
-        "title": item.title or None,
-        "last_active_at": item.last_active_at,
-        "item_count": item.item_count,
-        "turn_count": item.turn_count,
-    }
 
 
 def includes_results(request: Request) -> bool:
@@ -69,6 +56,13 @@ def _new_items(body: dict[str, Any], required: bool) -> list[store_pb2.NewItem]:
     return [item.message() for item in parse_items(raw, "items")]
 
 
+@operation(
+    "Create a conversation",
+    "Conversation",
+    "ConversationCreate",
+    body_required=False,
+    returns={"conversation_id": "/id"},
+)
 async def create_conversation(request: Request) -> JSONResponse:
     body = await json_body(request, required=False)
     reply = await services(request).store.CreateConversation(
@@ -79,7 +73,7 @@ async def create_conversation(request: Request) -> JSONResponse:
         )
     )
     _indexed(request)
-    return JSONResponse(conversation(reply.conversation))
+    return JSONResponse(objects_chat.conversation(reply.conversation))
 
 
 def _indexed(request: Request) -> None:
@@ -89,6 +83,11 @@ def _indexed(request: Request) -> None:
         history.wake()
 
 
+@operation(
+    "List conversations, most recently active first (ragd extension)",
+    "ConversationList",
+    query=paging_params(),
+)
 async def list_conversations(request: Request) -> JSONResponse:
     reply = await services(request).store.ListConversations(
         store_pb2.ListConversationsRequest(
@@ -96,17 +95,21 @@ async def list_conversations(request: Request) -> JSONResponse:
         )
     )
     return JSONResponse(
-        objects.page([conversation(item) for item in reply.conversations], reply.has_more)
+        objects.page(
+            [objects_chat.conversation(item) for item in reply.conversations], reply.has_more
+        )
     )
 
 
+@operation("Retrieve a conversation", "Conversation")
 async def get_conversation(request: Request) -> JSONResponse:
     reply = await services(request).store.GetConversation(
         store_pb2.ConversationRef(id=request.path_params["conversation_id"])
     )
-    return JSONResponse(conversation(reply))
+    return JSONResponse(objects_chat.conversation(reply))
 
 
+@operation("Update a conversation's metadata (or title)", "Conversation", "ConversationUpdate")
 async def update_conversation(request: Request) -> JSONResponse:
     body = await json_body(request)
     update = store_pb2.UpdateConversationRequest(id=request.path_params["conversation_id"])
@@ -119,16 +122,23 @@ async def update_conversation(request: Request) -> JSONResponse:
     if not (update.has_metadata or update.has_title):
         raise invalid("send 'metadata' (or 'title') to update", param="metadata")
     reply = await services(request).store.UpdateConversation(update)
-    return JSONResponse(conversation(reply))
+    return JSONResponse(objects_chat.conversation(reply))
 
 
+@operation("Delete a conversation with its items", "ConversationDeleted")
 async def delete_conversation(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteConversation(
         store_pb2.ConversationRef(id=request.path_params["conversation_id"])
     )
-    return JSONResponse({"id": reply.id, "object": "conversation.deleted", "deleted": True})
+    return JSONResponse(objects_chat.deleted(reply.id, "conversation.deleted"))
 
 
+@operation(
+    f"Add up to {MAX_NEW_ITEMS} items to a conversation",
+    "ItemList",
+    "ItemsCreate",
+    query=[INCLUDE_PARAM],
+)
 async def create_items(request: Request) -> JSONResponse:
     body = await json_body(request)
     reply = await services(request).store.AddItems(
@@ -139,10 +149,11 @@ async def create_items(request: Request) -> JSONResponse:
     )
     _indexed(request)
     results = includes_results(request)
-    data = [render(item, results) for item in reply.items]
+    data = [objects_chat.item(item, results) for item in reply.items]
     return JSONResponse(objects.page(data, False))
 
 
+@operation("List a conversation's items", "ItemList", query=[*paging_params(), INCLUDE_PARAM])
 async def list_items(request: Request) -> JSONResponse:
     reply = await services(request).store.ListItems(
         store_pb2.ListItemsRequest(
@@ -151,9 +162,12 @@ async def list_items(request: Request) -> JSONResponse:
         )
     )
     results = includes_results(request)
-    return JSONResponse(objects.page([render(i, results) for i in reply.items], reply.has_more))
+    return JSONResponse(
+        objects.page([objects_chat.item(i, results) for i in reply.items], reply.has_more)
+    )
 
 
+@operation("Retrieve an item", "Item", query=[INCLUDE_PARAM])
 async def get_item(request: Request) -> JSONResponse:
     item = await services(request).store.GetItem(
         store_pb2.ItemRef(
@@ -161,9 +175,10 @@ async def get_item(request: Request) -> JSONResponse:
             item_id=request.path_params["item_id"],
         )
     )
-    return JSONResponse(render(item, includes_results(request)))
+    return JSONResponse(objects_chat.item(item, includes_results(request)))
 
 
+@operation("Delete an item (returns the conversation)", "Conversation")
 async def delete_item(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteItem(
         store_pb2.ItemRef(
@@ -171,9 +186,14 @@ async def delete_item(request: Request) -> JSONResponse:
             item_id=request.path_params["item_id"],
         )
     )
-    return JSONResponse(conversation(reply))
+    return JSONResponse(objects_chat.conversation(reply))
 
 
+@operation(
+    "Search the items of every conversation, or of one (ragd extension)",
+    "HistorySearchPage",
+    "HistorySearchRequest",
+)
 async def search_history(request: Request) -> JSONResponse:
     """Extension: the items of every conversation (or of one) that best match a query, by
     words, meaning or both (hybrid, the default: items not embedded yet are found by their
@@ -197,21 +217,8 @@ async def search_history(request: Request) -> JSONResponse:
         message.query_vector, message.model = vectors.rows[0], vectors.model
         charge(request.scope, tokens=vectors.tokens)
     reply = await deps.store.SearchHistory(message, timeout=deps.config.search_store_timeout)
-    data = [
-        {
-            "object": "conversation.search_result",
-            "conversation_id": hit.item.conversation_id,
-            "response_id": hit.item.response_id or None,
-            "position": hit.item.position,
-            "score": round(float(hit.score), 6),
-            "created_at": hit.item.created_at,
-            "item": render(hit.item, include_results=False),
-        }
-        for hit in reply.hits
-    ]
-    page = {"object": "list", "search_query": query, "data": data, "has_more": False}
     degraded = mode != asked
     return JSONResponse(
-        {**page, "mode": mode, "degraded": degraded},
+        objects_chat.history_page(query, reply.hits, mode, degraded),
         headers={DEGRADED_HEADER: DEGRADED_REASON} if degraded else None,
     )

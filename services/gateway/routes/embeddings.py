@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import time
 from typing import Any
 
@@ -12,11 +11,13 @@ from starlette.responses import JSONResponse
 from services.common import tracing
 from services.common.model_info import ModelInfo
 from services.common.vocabulary import MAX_EMBED_INPUTS, MAX_REQUEST_TOKENS
+from services.gateway import objects
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge
 from services.gateway.clients import EmbedderClient
 from services.gateway.errors import InvalidRequest, NotFound, invalid
 from services.gateway.models import embeddings_model
+from services.gateway.operations import operation
 from services.gateway.params import json_body, optional_str
 from services.gateway.routes import services
 
@@ -78,6 +79,7 @@ async def _check_total_tokens(
         )
 
 
+@operation("Create embeddings", "EmbeddingList", "EmbeddingRequest")
 async def embeddings(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request, limit=MAX_BODY_BYTES)
@@ -106,25 +108,12 @@ async def embeddings(request: Request) -> JSONResponse:
         if error.code == "context_length_exceeded":
             error.message += ' ("truncate": true embeds its first tokens)'
         raise
-    data = []
-    floats = result.vectors.tolist() if encoding == "float" else []
-    for index in range(len(texts)):
-        embedding: Any = (
-            base64.b64encode(result.vector_bytes(index)).decode("ascii")
-            if encoding == "base64"
-            else floats[index]
-        )
-        item = {"object": "embedding", "index": index, "embedding": embedding}
-        if truncate:
-            # Extension: which inputs lost tokens, reported only to clients that allowed it.
-            item["truncated"] = result.truncated[index]
-        data.append(item)
     tokens = sum(result.token_counts)
     charge(request.scope, tokens=tokens)
     request.scope[AUDIT_INFO] = {
         "operation": "embeddings",
         "embedded_tokens": tokens,
-        "result_count": len(data),
+        "result_count": len(texts),
         "detail": result.model or info.name,
     }
     tracing.annotate(
@@ -135,12 +124,7 @@ async def embeddings(request: Request) -> JSONResponse:
         }
     )
     return JSONResponse(
-        {
-            "object": "list",
-            "data": data,
-            "model": result.model or info.name,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
+        objects.embedding_list(result, result.model or info.name, encoding, truncate)
     )
 
 
@@ -153,20 +137,18 @@ async def model_names(request: Request) -> list[str]:
     return list({name.lower(): name for name in reversed(names)}.values())[::-1]
 
 
-def _model(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": _STARTED, "owned_by": "ragd"}
-
-
+@operation("List the served models", "ModelList")
 async def models(request: Request) -> JSONResponse:
-    return JSONResponse({"object": "list", "data": [_model(n) for n in await model_names(request)]})
+    return JSONResponse(objects.model_list(await model_names(request), _STARTED))
 
 
+@operation("Retrieve a served model", "Model")
 async def model(request: Request) -> JSONResponse:
     """GET /v1/models/{model}: a listed name (any case), as OpenAI's Model object."""
     wanted = request.path_params["model"]
     for name in await model_names(request):
         if name.lower() == wanted.lower():
-            return JSONResponse(_model(name))
+            return JSONResponse(objects.model(name, _STARTED))
     raise NotFound(
         f"the model '{wanted}' does not exist here (see GET /v1/models)",
         param="model",

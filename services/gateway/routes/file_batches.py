@@ -14,11 +14,18 @@ from services.gateway.attach import Attachment
 from services.gateway.auth import key_name
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
+from services.gateway.operations import operation
 from services.gateway.params import attributes, json_body
 from services.gateway.routes import poll_headers, services
 from services.pb import store_pb2
 
 
+@operation(
+    f"Attach up to {MAX_BATCH_FILES} files",
+    "FileBatch",
+    "FileBatchCreate",
+    returns={"vector_store_id": "/vector_store_id", "batch_id": "/id"},
+)
 async def create_batch(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request)
@@ -65,11 +72,13 @@ def _ref(request: Request) -> store_pb2.FileBatchRef:
     )
 
 
+@operation("Retrieve a file batch", "FileBatch")
 async def get_batch(request: Request) -> JSONResponse:
     batch = await services(request).store.GetFileBatch(_ref(request))
     return JSONResponse(objects.file_batch(batch), headers=poll_headers(request))
 
 
+@operation("Cancel a file batch", "FileBatch")
 async def cancel_batch(request: Request) -> JSONResponse:
     batch = await services(request).store.CancelFileBatch(_ref(request))
     return JSONResponse(objects.file_batch(batch))

@@ -9,12 +9,14 @@ from services.common.vocabulary import FILE_PURPOSES
 from services.gateway import objects
 from services.gateway.auth import charge
 from services.gateway.errors import invalid
+from services.gateway.operations import operation, paging_params, query_param
 from services.gateway.params import paging
 from services.gateway.routes import services
 from services.gateway.uploads import read_upload
 from services.pb import store_pb2
 
 
+@operation("Upload a file", "File", form="FileUpload", returns={"file_id": "/id"})
 async def create_file(request: Request) -> JSONResponse:
     deps = services(request)
     upload = await read_upload(request, deps.config.max_upload_bytes)
@@ -39,6 +41,11 @@ async def create_file(request: Request) -> JSONResponse:
     return JSONResponse(objects.file(created))
 
 
+@operation(
+    "List files",
+    "FileList",
+    query=[*paging_params(10000, before=False), query_param("purpose", {"type": "string"})],
+)
 async def list_files(request: Request) -> JSONResponse:
     store = services(request).store
     reply = await store.ListFiles(
@@ -50,19 +57,22 @@ async def list_files(request: Request) -> JSONResponse:
     return JSONResponse(objects.page([objects.file(f) for f in reply.files], reply.has_more))
 
 
+@operation("Retrieve a file", "File")
 async def get_file(request: Request) -> JSONResponse:
     file_id = request.path_params["file_id"]
     item = await services(request).store.GetFile(store_pb2.GetFileRequest(id=file_id))
     return JSONResponse(objects.file(item))
 
 
+@operation("Download a file's bytes", media="application/octet-stream")
 async def file_content(request: Request) -> Response:
     file_id = request.path_params["file_id"]
     reply = await services(request).store.GetFileContent(store_pb2.GetFileRequest(id=file_id))
     return Response(reply.content, media_type="application/octet-stream")
 
 
+@operation("Delete a file everywhere", "Deleted")
 async def delete_file(request: Request) -> JSONResponse:
     file_id = request.path_params["file_id"]
     reply = await services(request).store.DeleteFile(store_pb2.GetFileRequest(id=file_id))
-    return JSONResponse({"id": reply.id, "object": "file", "deleted": reply.deleted})
+    return JSONResponse(objects.deleted(reply.id, "file", reply.deleted))

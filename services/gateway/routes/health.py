@@ -17,10 +17,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.gateway import metrics
+from services.gateway import metrics, objects_admin
 from services.gateway.clients import check_health
 from services.gateway.errors import ApiError, invalid
 from services.gateway.models import store_model
+from services.gateway.operations import operation, query_param
 from services.gateway.routes import services
 from services.gateway.routes.vector_stores import DEGRADED_HEADER
 from services.gateway.search import EMBEDDER_UNAVAILABLE, VECTOR_INDEX_UNAVAILABLE
@@ -35,6 +36,7 @@ CHAT_UNAVAILABLE = "chat-unavailable"
 CHECK_TIMEOUT = 1.0
 
 
+@operation("Liveness: the gateway process is up", "Health")
 async def health(request: Request) -> JSONResponse:
     """The process is up; says nothing about its dependencies."""
     return JSONResponse({"status": "ok"})
@@ -57,6 +59,19 @@ def _required(request: Request) -> set[str]:
     return names | {"store"}
 
 
+@operation(
+    "Readiness: 200 while the store serves (degraded: what is missing), 503 when it "
+    "does not or a required dependency is down",
+    "Readiness",
+    other={"503": "Readiness"},
+    query=[
+        query_param(
+            "require",
+            {"type": "string", "pattern": "^(store|embedder|chat)(,(store|embedder|chat))*$"},
+            "dependencies that must be up too, comma-separated: embedder, chat",
+        )
+    ],
+)
 async def ready(request: Request) -> JSONResponse:
     """200 while the store serves: `status` ready, or degraded with the reasons listed (the
     default model's embedder, a chat upstream, sqlite-vec). 503 when the store does not, or a
@@ -93,7 +108,7 @@ async def ready(request: Request) -> JSONResponse:
             status = await deps.store.GetStatus(
                 store_pb2.GetStatusRequest(served=served), timeout=2.0
             )
-            body["disk"] = disk(status)
+            body["disk"] = objects_admin.disk(status)
             # A store without sqlite-vec serves (lexical-only): ready, and says why.
             body["vector_index"] = "unavailable" if status.vector_index_error else "available"
             if status.vector_index_error:
@@ -134,12 +149,3 @@ def unserved_models(status: store_pb2.StoreStatus) -> list[dict[str, Any]]:
         for use in status.models
         if not use.served
     ]
-
-
-def disk(status: store_pb2.StoreStatus) -> dict[str, Any]:
-    """The store's disk, as /ready and /admin/stats show it."""
-    return {
-        "free_bytes": status.disk_free_bytes,
-        "total_bytes": status.disk_total_bytes,
-        "full": status.storage_full,
-    }

@@ -4,13 +4,13 @@ like every /admin route."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.common.vocabulary import SCOPES
+from services.gateway import objects_admin
 from services.gateway.errors import invalid
+from services.gateway.operations import operation, query_param
 from services.gateway.params import json_body, optional_int, optional_str, required_str
 from services.gateway.routes import services
 from services.pb import store_pb2
@@ -18,29 +18,7 @@ from services.pb import store_pb2
 MAX_LIMIT = 2**31 - 1
 
 
-def key_object(key: store_pb2.ApiKey) -> dict[str, Any]:
-    return {
-        "object": "api_key",
-        "name": key.name,
-        "scope": key.scope,
-        "project": key.project,
-        "vector_stores": list(key.vector_stores),
-        "project_conversations": key.project_conversations,
-        "requests_per_minute": key.requests_per_minute or None,
-        "tokens_per_day": key.tokens_per_day or None,
-        "created_at": key.created_at,
-        "last_used_at": key.last_used_at or None,
-        "revoked_at": key.revoked_at or None,
-        "usage": {
-            "requests": key.requests,
-            "searches": key.searches,
-            "embedded_tokens": key.embedded_tokens,
-            "embedded_tokens_today": key.embedded_tokens_today,
-            "bytes_stored": key.bytes_stored,
-        },
-    }
-
-
+@operation("Make an API key (its secret is in this answer only)", "ApiKey", "ApiKeyRequest")
 async def create_key(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request)
@@ -68,51 +46,43 @@ async def create_key(request: Request) -> JSONResponse:
         )
     )
     deps.keys.created()
-    return JSONResponse({**key_object(created.key), "key": created.secret})
+    return JSONResponse(objects_admin.api_key(created.key, secret=created.secret))
 
 
+@operation(
+    "API keys and their usage",
+    "ApiKeyList",
+    query=[query_param("revoked", {"type": "boolean"}, "include revoked keys")],
+)
 async def list_keys(request: Request) -> JSONResponse:
     revoked = request.query_params.get("revoked", "false").lower() in ("1", "true", "yes")
     reply = await services(request).store.ListApiKeys(store_pb2.ListApiKeysRequest(revoked=revoked))
-    return JSONResponse(
-        {"object": "list", "data": [key_object(key) for key in reply.keys], "has_more": False}
-    )
+    return JSONResponse(objects_admin.unpaged([objects_admin.api_key(key) for key in reply.keys]))
 
 
+@operation("Revoke an API key for good", "ApiKey")
 async def revoke_key(request: Request) -> JSONResponse:
     deps = services(request)
     revoked = await deps.store.RevokeApiKey(
         store_pb2.RevokeApiKeyRequest(name=request.path_params["name"])
     )
     deps.keys.forget()
-    return JSONResponse({**key_object(revoked), "revoked": True})
+    return JSONResponse(objects_admin.api_key(revoked, revoked=True))
 
 
-def project_object(project: store_pb2.Project) -> dict[str, Any]:
-    # OpenAI's project object (its status is always active here: projects are not archived).
-    return {
-        "object": "organization.project",
-        "id": project.id,
-        "name": project.name,
-        "created_at": project.created_at,
-        "archived_at": None,
-        "status": "active",
-    }
-
-
+@operation(
+    "Make a project (what vector stores, files, conversations and keys belong to)",
+    "Project",
+    "ProjectRequest",
+)
 async def create_project(request: Request) -> JSONResponse:
     body = await json_body(request)
     name = required_str(body, "name", max_chars=64)
     made = await services(request).store.CreateProject(store_pb2.CreateProjectRequest(name=name))
-    return JSONResponse(project_object(made))
+    return JSONResponse(objects_admin.project(made))
 
 
+@operation("List projects", "ProjectList")
 async def list_projects(request: Request) -> JSONResponse:
     reply = await services(request).store.ListProjects(store_pb2.ListProjectsRequest())
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [project_object(item) for item in reply.projects],
-            "has_more": False,
-        }
-    )
+    return JSONResponse(objects_admin.unpaged([objects_admin.project(p) for p in reply.projects]))

@@ -3,7 +3,6 @@ the conversation, answered by the operator's chat upstream; stored responses rea
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from dataclasses import replace
 from typing import Any
@@ -11,15 +10,16 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.gateway import errors, objects
+from services.common.vocabulary import PENDING_RESPONSE_STATUSES
+from services.gateway import errors, objects, objects_chat
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.chat.background import BackgroundRuns, replayed
-from services.gateway.chat.items import render
 from services.gateway.chat.outputs import RESULTS
 from services.gateway.chat.requests import turn_request
-from services.gateway.chat.response import response_object
+from services.gateway.chat.settings import ResponseSettings
 from services.gateway.chat.turn import prepare
 from services.gateway.chat.upstream import ChatUpstream
+from services.gateway.operations import INCLUDE_PARAM, operation, paging_params, query_param
 from services.gateway.params import json_body, paging
 from services.gateway.routes import services
 from services.gateway.routes.conversations import includes_results
@@ -43,6 +43,14 @@ def upstream(deps: Services) -> ChatUpstream:
     return deps.chat
 
 
+@operation(
+    "Create a model response (function tools, file_search over vector stores, structured "
+    "output, background runs; history kept)",
+    "Response",
+    "ResponseCreate",
+    returns={"response_id": "/id"},
+    events=True,
+)
 async def create_response(request: Request) -> Response:
     deps = services(request)
     body = await json_body(request, limit=MAX_REQUEST_BYTES)
@@ -91,27 +99,6 @@ async def create_response(request: Request) -> Response:
     return JSONResponse(turn.response())
 
 
-def stored_response(record: store_pb2.ResponseRecord, include: list[str]) -> dict[str, Any]:
-    """A stored response as OpenAI's object; file_search results only if `include` asks
-    (as OpenAI's GET does, whatever the create request asked for)."""
-    settings = json.loads(record.settings_json or "{}")
-    problem = json.loads(record.error_json or "{}") or None
-    return response_object(
-        id=record.id,
-        created_at=record.created_at,
-        status=record.status,
-        model=record.model,
-        settings=settings,
-        previous_response_id=record.previous_response_id,
-        conversation_id=record.conversation_id,
-        outputs=[render(item, RESULTS in include) for item in record.outputs],
-        usage=json.loads(record.usage_json or "{}") or None,
-        error=problem if record.status == "failed" else None,
-        incomplete=problem if record.status == "incomplete" else None,
-        completed_at=record.completed_at or None,
-    )
-
-
 def _include(request: Request) -> list[str]:
     return [RESULTS] if includes_results(request) else []
 
@@ -122,6 +109,19 @@ def _runs(deps: Services) -> BackgroundRuns:
     return deps.background
 
 
+@operation(
+    "Retrieve a response (stream=true: its events after starting_after)",
+    "Response",
+    query=[
+        INCLUDE_PARAM,
+        query_param("stream", {"type": "boolean"}, "the response's events, followed to its end"),
+        query_param(
+            "starting_after",
+            {"type": "integer", "minimum": 0},
+            "with stream: the sequence number after which events start",
+        ),
+    ],
+)
 async def get_response(request: Request) -> Response:
     """A response; with `stream=true`, its events after `starting_after` (a background run's
     own, followed to its end, else rebuilt from the record)."""
@@ -137,10 +137,10 @@ async def get_response(request: Request) -> Response:
         events = deps.background.follow(run, after)
         return ClosingStream(server_sent_events(events), "text/event-stream")
     record = await deps.store.GetResponse(store_pb2.ResponseRef(id=response_id))
-    shown = stored_response(record, _include(request))
+    shown = objects_chat.stored_response(record, _include(request))
     if streamed == "false":
         return JSONResponse(shown)
-    if record.status in ("queued", "in_progress"):
+    if record.status in PENDING_RESPONSE_STATUSES:
         raise errors.Conflict(
             f"response {response_id!r} runs on another gateway, which holds its events; poll "
             "GET /v1/responses/{id} until it ends, then stream it"
@@ -168,29 +168,36 @@ def _starting_after(request: Request) -> int:
     return value
 
 
+@operation("Cancel a background response", "Response")
 async def cancel_response(request: Request) -> JSONResponse:
     """Ends a background response under way as cancelled; OpenAI refuses to cancel one that
     was not run in the background."""
     deps = services(request)
     response_id = request.path_params["response_id"]
     record = await deps.store.GetResponse(store_pb2.ResponseRef(id=response_id))
-    if not json.loads(record.settings_json or "{}").get("background"):
+    if not ResponseSettings.read(record.settings_json).background:
         raise errors.InvalidRequest(
             f"response {response_id!r} was not run in the background: only background "
             "responses can be cancelled",
             param="response_id",
         )
     record = await _runs(deps).cancel(response_id)
-    return JSONResponse(stored_response(record, _include(request)))
+    return JSONResponse(objects_chat.stored_response(record, _include(request)))
 
 
+@operation("Delete a response", "ResponseDeleted")
 async def delete_response(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteResponse(
         store_pb2.ResponseRef(id=request.path_params["response_id"])
     )
-    return JSONResponse({"id": reply.id, "object": "response.deleted", "deleted": True})
+    return JSONResponse(objects_chat.deleted(reply.id, "response.deleted"))
 
 
+@operation(
+    "List a response's input items",
+    "ItemList",
+    query=[*paging_params(before=False), INCLUDE_PARAM],
+)
 async def list_input_items(request: Request) -> JSONResponse:
     reply = await services(request).store.ListResponseInputItems(
         store_pb2.ListResponseInputItemsRequest(
@@ -199,5 +206,5 @@ async def list_input_items(request: Request) -> JSONResponse:
         )
     )
     results = includes_results(request)
-    data = [render(item, results) for item in reply.items]
+    data = [objects_chat.item(item, results) for item in reply.items]
     return JSONResponse(objects.page(data, reply.has_more))

@@ -11,6 +11,7 @@ from services.gateway.attributes import attributes_message
 from services.gateway.auth import charge, key_name
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
+from services.gateway.operations import operation, paging_params, query_param
 from services.gateway.params import (
     MAX_JSON_BYTES,
     attributes,
@@ -30,6 +31,13 @@ def _ref(request: Request) -> store_pb2.VectorStoreFileRef:
     )
 
 
+@operation(
+    "Attach a file (ingested asynchronously)",
+    "VectorStoreFile",
+    "VectorStoreFileCreate",
+    also_form="VectorStoreFileUpload",
+    returns={"vector_store_id": "/vector_store_id", "file_id": "/id"},
+)
 async def attach_file(request: Request) -> JSONResponse:
     """OpenAI's {"file_id": ...}, or (extension) a multipart file / JSON {"text", "filename"}."""
     deps = services(request)
@@ -68,6 +76,11 @@ async def attach_file(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store_file(attached))
 
 
+@operation(
+    "List a vector store's (or a file batch's) files",
+    "VectorStoreFileList",
+    query=[*paging_params(), query_param("filter", {"enum": list(FILE_STATUSES)})],
+)
 async def list_files(request: Request) -> JSONResponse:
     status = request.query_params.get("filter", "")
     if status and status not in FILE_STATUSES:
@@ -84,11 +97,13 @@ async def list_files(request: Request) -> JSONResponse:
     return JSONResponse(objects.page(data, reply.has_more))
 
 
+@operation("Retrieve a vector store file", "VectorStoreFile")
 async def get_file(request: Request) -> JSONResponse:
     item = await services(request).store.GetVectorStoreFile(_ref(request))
     return JSONResponse(objects.vector_store_file(item), headers=poll_headers(request))
 
 
+@operation("Update a vector store file's attributes", "VectorStoreFile", "VectorStoreFileUpdate")
 async def update_file(request: Request) -> JSONResponse:
     body = await json_body(request)
     if "attributes" not in body:
@@ -104,20 +119,13 @@ async def update_file(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store_file(item))
 
 
+@operation("Remove a file (its chunks and vectors) from the vector store", "Deleted")
 async def delete_file(request: Request) -> JSONResponse:
     reply = await services(request).store.DetachFile(_ref(request))
-    return JSONResponse(
-        {"id": reply.file_id, "object": "vector_store.file.deleted", "deleted": reply.deleted}
-    )
+    return JSONResponse(objects.deleted(reply.file_id, "vector_store.file.deleted", reply.deleted))
 
 
+@operation("The file's stored chunks", "VectorStoreFileContent")
 async def file_content(request: Request) -> JSONResponse:
     reply = await services(request).store.GetVectorStoreFileChunks(_ref(request))
-    return JSONResponse(
-        {
-            "object": "vector_store.file_content.page",
-            "data": [{"type": "text", "text": chunk.text} for chunk in reply.chunks],
-            "has_more": False,
-            "next_page": None,
-        }
-    )
+    return JSONResponse(objects.file_content(reply.chunks))

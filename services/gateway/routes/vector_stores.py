@@ -13,7 +13,6 @@ from starlette.responses import JSONResponse
 from services.common import tracing
 from services.common.vocabulary import (
     DEFAULT_SEARCH_MODE,
-    HYBRID,
     MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
@@ -23,13 +22,13 @@ from services.common.vocabulary import (
 )
 from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
-from services.gateway.attributes import attributes_python
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge, key_name
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
 from services.gateway.models import new_store_model, store_model
+from services.gateway.operations import operation, paging_params
 from services.gateway.params import (
     json_body,
     metadata,
@@ -61,6 +60,12 @@ def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
     return "last_active_at", days
 
 
+@operation(
+    "Create a vector store",
+    "VectorStore",
+    "VectorStoreCreate",
+    returns={"vector_store_id": "/id"},
+)
 async def create_vector_store(request: Request) -> JSONResponse:
     deps = services(request)
     body = await json_body(request)
@@ -97,6 +102,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
+@operation("List vector stores", "VectorStoreList", query=paging_params())
 async def list_vector_stores(request: Request) -> JSONResponse:
     reply = await services(request).store.ListVectorStores(
         store_pb2.ListVectorStoresRequest(
@@ -108,6 +114,7 @@ async def list_vector_stores(request: Request) -> JSONResponse:
     return JSONResponse(objects.page(data, reply.has_more))
 
 
+@operation("Retrieve a vector store", "VectorStore")
 async def get_vector_store(request: Request) -> JSONResponse:
     vector_store = await services(request).store.GetVectorStore(
         store_pb2.GetVectorStoreRequest(id=request.path_params["vector_store_id"])
@@ -115,6 +122,7 @@ async def get_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
+@operation("Modify a vector store", "VectorStore", "VectorStoreUpdate")
 async def update_vector_store(request: Request) -> JSONResponse:
     body = await json_body(request)
     update = store_pb2.UpdateVectorStoreRequest(id=request.path_params["vector_store_id"])
@@ -132,13 +140,12 @@ async def update_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
+@operation("Delete a vector store", "Deleted")
 async def delete_vector_store(request: Request) -> JSONResponse:
     reply = await services(request).store.DeleteVectorStore(
         store_pb2.DeleteVectorStoreRequest(id=request.path_params["vector_store_id"])
     )
-    return JSONResponse(
-        {"id": reply.id, "object": "vector_store.deleted", "deleted": reply.deleted}
-    )
+    return JSONResponse(objects.deleted(reply.id, "vector_store.deleted", reply.deleted))
 
 
 def _queries(body: dict[str, Any]) -> list[str]:
@@ -195,6 +202,7 @@ def _search_request(vector_store_id: str, body: dict[str, Any]) -> Search:
     return Search(vector_store_id, queries, k, mode, threshold, filters, exact)
 
 
+@operation("Search a vector store", "SearchPage", "SearchRequest")
 async def search_vector_store(request: Request) -> JSONResponse:
     started = time.perf_counter()
     deps = services(request)
@@ -202,17 +210,6 @@ async def search_vector_store(request: Request) -> JSONResponse:
     config = deps.config
     deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
     found = await search(deps.embedders, deps.store, asked, deadlines)
-    data = [
-        {
-            "file_id": hit.file_id,
-            "filename": hit.filename,
-            "score": round(float(hit.score), 6),
-            "attributes": attributes_python(hit.attributes),
-            "content": [{"type": "text", "text": hit.text}],
-            **_ranks(found.mode, hit),
-        }
-        for hit in found.hits
-    ]
     elapsed = time.perf_counter() - started
     metrics.searched(found.mode, elapsed, found.degraded)
     tracing.annotate(
@@ -221,7 +218,7 @@ async def search_vector_store(request: Request) -> JSONResponse:
             "gen_ai.data_source.id": asked.vector_store_id,
             "ragd.search.mode": found.mode,
             "ragd.search.degraded": found.degraded,
-            "ragd.search.results": len(data),
+            "ragd.search.results": len(found.hits),
             "gen_ai.usage.input_tokens": found.embedded_tokens,
         }
     )
@@ -232,36 +229,23 @@ async def search_vector_store(request: Request) -> JSONResponse:
         "operation": "search",
         "vector_store_id": asked.vector_store_id,
         "k": asked.k,
-        "result_count": len(data),
+        "result_count": len(found.hits),
         "degraded": found.degraded,
         "detail": detail,
         "embedded_tokens": found.embedded_tokens,
     }
     charge(request.scope, tokens=found.embedded_tokens)
     return JSONResponse(
-        {
-            "object": "vector_store.search_results.page",
-            # rewrite_query is accepted, but ragd searches with the query as given.
-            "search_query": list(asked.queries),
-            "data": data,
-            "has_more": False,
-            "next_page": None,
-            # Extensions: the mode that ranked the results, and whether it replaced the one
-            # asked for because the embedder was unavailable.
-            "mode": found.mode,
-            "degraded": found.degraded,
-        },
+        objects.search_page(asked.queries, found.hits, found.mode, found.degraded),
         headers={DEGRADED_HEADER: found.reason} if found.degraded else None,
     )
 
 
-def _ranks(mode: str, hit: store_pb2.SearchHit) -> dict[str, object]:
-    """Extension, hybrid mode: where each list ranked the result (null: not found by it)."""
-    if mode != HYBRID:
-        return {}
-    return {"ranks": {"vector": hit.vector_rank or None, "lexical": hit.lexical_rank or None}}
-
-
+@operation(
+    "Re-index a vector store with another model or chunking (ragd extension)",
+    "VectorStore",
+    "VectorStoreReindex",
+)
 async def reindex_vector_store(request: Request) -> JSONResponse:
     """Extension: re-indexes the store with `embedding_model` (and `chunking_strategy`, else
     each file's own, shortened to the model's context) while it keeps serving searches from
@@ -286,6 +270,7 @@ async def reindex_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
+@operation("Cancel a vector store's re-index (ragd extension)", "VectorStore")
 async def cancel_reindex(request: Request) -> JSONResponse:
     """Extension: stops the re-index in progress; the store keeps its old index."""
     vector_store = await services(request).store.CancelReindex(

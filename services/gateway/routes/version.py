@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse
 from services.common.versions import process_versions, ragd_version
 from services.gateway.clients import EmbedderClient, Store
 from services.gateway.errors import ApiError
+from services.gateway.operations import operation
 from services.gateway.routes import services
 from services.pb import store_pb2
 
@@ -18,6 +19,7 @@ from services.pb import store_pb2
 TIMEOUT = 2.0
 
 
+@operation("Versions of every service of the stack and its models", "Version")
 async def version(request: Request) -> JSONResponse:
     """Always 200: a service that is down is reported as such, the rest still answer."""
     deps = services(request)

@@ -1,0 +1,148 @@
+"""Conversations, their items and responses rendered as OpenAI's JSON objects, and the
+history search page (an extension). The schemas they match are in schemas_chat.py;
+tests/test_renderers.py checks every property is produced."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from services.common.vocabulary import FAILED, INCOMPLETE
+from services.gateway.chat.outputs import RESULTS
+from services.gateway.chat.settings import ResponseSettings
+from services.pb import store_pb2
+
+
+def conversation(item: store_pb2.Conversation) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "object": "conversation",
+        "created_at": item.created_at,
+        "metadata": dict(item.metadata),
+        # Extensions: what a list of conversations shows.
+        "title": item.title or None,
+        "last_active_at": item.last_active_at,
+        "item_count": item.item_count,
+        "turn_count": item.turn_count,
+    }
+
+
+def item(stored: store_pb2.ConversationItem, include_results: bool = True) -> dict[str, Any]:
+    """A stored item as OpenAI's JSON: its body's fields with id, type, role and status (the
+    body is the item as OpenAI sent it, kept opaque: see chat/items.py)."""
+    body: dict[str, Any] = json.loads(stored.body_json or "{}")
+    rendered: dict[str, Any] = {"id": stored.id, "type": stored.type, **body}
+    if stored.role:
+        rendered["role"] = stored.role
+    rendered["status"] = stored.status
+    if stored.type == "file_search_call":
+        rendered.setdefault("queries", [])
+        if not include_results:
+            rendered["results"] = None
+        else:
+            rendered.setdefault("results", None)
+    return rendered
+
+
+def history_page(
+    query: str, hits: Sequence[store_pb2.HistoryHit], mode: str, degraded: bool
+) -> dict[str, Any]:
+    """Extension: the items of conversations that best match a query."""
+    data = [
+        {
+            "object": "conversation.search_result",
+            "conversation_id": hit.item.conversation_id,
+            "response_id": hit.item.response_id or None,
+            "position": hit.item.position,
+            "score": round(float(hit.score), 6),
+            "created_at": hit.item.created_at,
+            "item": item(hit.item, include_results=False),
+        }
+        for hit in hits
+    ]
+    return {
+        "object": "list",
+        "search_query": query,
+        "data": data,
+        "has_more": False,
+        "mode": mode,
+        "degraded": degraded,
+    }
+
+
+def response(
+    *,
+    id: str,
+    created_at: float,
+    status: str,
+    model: str,
+    settings: ResponseSettings,
+    previous_response_id: str,
+    conversation_id: str,
+    outputs: Sequence[dict[str, Any]],
+    usage: dict[str, Any] | None,
+    error: dict[str, Any] | None,
+    incomplete: dict[str, Any] | None,
+    completed_at: float | None = None,
+) -> dict[str, Any]:
+    """OpenAI's response object, for a turn under way and for one read back."""
+    return {
+        "id": id,
+        "object": "response",
+        "created_at": created_at,
+        "completed_at": completed_at,
+        "status": status,
+        "background": settings.background,
+        "model": model,
+        "output": list(outputs),
+        "instructions": settings.instructions,
+        "metadata": settings.metadata,
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "top_logprobs": settings.top_logprobs,
+        "max_output_tokens": settings.max_output_tokens,
+        "max_tool_calls": settings.max_tool_calls,
+        "previous_response_id": previous_response_id or None,
+        "conversation": {"id": conversation_id} if conversation_id else None,
+        "tools": settings.tools,
+        "tool_choice": settings.tool_choice,
+        "parallel_tool_calls": settings.parallel_tool_calls,
+        "truncation": settings.truncation,
+        "text": settings.text,
+        "reasoning": settings.reasoning,
+        "user": settings.user,
+        "safety_identifier": settings.safety_identifier,
+        "prompt_cache_key": settings.prompt_cache_key,
+        "store": settings.store,
+        "usage": usage,
+        "error": error,
+        "incomplete_details": incomplete,
+        # Extension: history items left out to fit the model's context (truncation "auto").
+        "truncated_input_items": settings.truncated_input_items,
+    }
+
+
+def stored_response(record: store_pb2.ResponseRecord, include: Sequence[str]) -> dict[str, Any]:
+    """A stored response as OpenAI's object; file_search results only if `include` asks
+    (as OpenAI's GET does, whatever the create request asked for)."""
+    problem = json.loads(record.error_json or "{}") or None
+    return response(
+        id=record.id,
+        created_at=record.created_at,
+        status=record.status,
+        model=record.model,
+        settings=ResponseSettings.read(record.settings_json),
+        previous_response_id=record.previous_response_id,
+        conversation_id=record.conversation_id,
+        outputs=[item(stored, RESULTS in include) for stored in record.outputs],
+        usage=json.loads(record.usage_json or "{}") or None,
+        error=problem if record.status == FAILED else None,
+        incomplete=problem if record.status == INCOMPLETE else None,
+        completed_at=record.completed_at or None,
+    )
+
+
+def deleted(object_id: str, kind: str) -> dict[str, Any]:
+    """A deleted conversation ("conversation.deleted") or response ("response.deleted")."""
+    return {"id": object_id, "object": kind, "deleted": True}
