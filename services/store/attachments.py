@@ -296,17 +296,6 @@ def get(conn: apsw.Connection, vector_store_id: str, file_id: str) -> VectorStor
         return fetch(conn, key, vector_store_id, file_id)
 
 
-def find_by_content(
-    conn: apsw.Connection, vector_store_id: str, sha256: str
-) -> VectorStoreFile | None:
-    """The file in the vector store with this content: the one attaching would return (in
-    progress or completed) if any, else a failed or cancelled one (to attach again)."""
-    with atomic(conn, write=False):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
-        found = _by_content(conn, key, sha256)
-        return None if found is None else fetch(conn, key, vector_store_id, found[0])
-
-
 def list_page(
     conn: apsw.Connection,
     *,
