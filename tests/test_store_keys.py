@@ -12,7 +12,7 @@ import pytest
 
 from services.pb import store_pb2 as pb
 from services.store.errors import InvalidArgument, KeyExists, KeyNotFound, VectorStoreNotFound
-from services.store.records import KeyUsage
+from services.store.records import KeyState, KeyUsage
 from services.store.repository import Repository
 from tests.store_fixtures import FakeClock, RunningStore, expect_status, run_against_store
 
@@ -36,7 +36,7 @@ def test_a_key_is_found_by_its_secret_which_is_never_stored(repo: Repository, vs
     _, other = repo.create_api_key("ci-writer", "write")
     assert other != secret
     assert [k.name for k in repo.list_api_keys()] == ["ci-reader", "ci-writer"]
-    assert repo.live_api_keys() == 2
+    assert repo.key_state() == KeyState(keys=2, revoked=0)
 
 
 def test_bad_keys_are_refused(repo: Repository, vs_id: str) -> None:

@@ -111,7 +111,6 @@ _KINDS: dict[str, tuple[str, _Visible, Callable[[str], StoreError]]] = {
 }
 # A background response under way is a row of its own until its turn ends (responses.py).
 _PENDING_RESPONSE = "pending_responses AS t WHERE t.public_id = ?"
-KINDS = tuple(_KINDS)
 
 
 def check(conn: apsw.Connection, access: Access, kind: str, public_id: str) -> None:

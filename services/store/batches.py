@@ -8,8 +8,8 @@ from typing import cast
 
 import apsw
 
-from services.common.vocabulary import MAX_BATCH_FILES
-from services.store import attachments, ingest, reindex, vector_stores
+from services.common.vocabulary import FILE_STATUSES, MAX_BATCH_FILES
+from services.store import ingest, shadow, vector_store_files, vector_stores
 from services.store.compat import check_indexing
 from services.store.db import atomic
 from services.store.errors import BatchNotFound, FileNotFound, InvalidArgument
@@ -33,7 +33,7 @@ def _load(conn: apsw.Connection, key: int, vector_store_id: str, batch_id: str) 
             (batch_id,),
         )
     }
-    counts = FileCounts(**{status: by_status.get(status, 0) for status in attachments.STATUSES})
+    counts = FileCounts(**{status: by_status.get(status, 0) for status in FILE_STATUSES})
     if cancelled_at is not None:
         status = "cancelled"
     elif counts.in_progress:
@@ -73,7 +73,7 @@ def create(
             (
                 item,
                 ingest.attributes_json(item.attributes),
-                attachments.encode_chunking(item.chunking),
+                vector_store_files.encode_chunking(item.chunking),
             )
         )
     batch_id = ID_PREFIX + secrets.token_hex(12)
@@ -90,7 +90,7 @@ def create(
             (batch_id, key, now),
         )
         for item, attributes_json, chunking_json in prepared:
-            attachments.attach_in_transaction(
+            vector_store_files.add(
                 conn,
                 key,
                 vector_store_id,
@@ -123,7 +123,7 @@ def cancel(conn: apsw.Connection, *, vector_store_id: str, batch_id: str, now: i
         if batch.status != "in_progress":
             return batch
         # The batch's files in progress, here and in the new index of a re-index under way.
-        active = reindex.shadow_of_vector_store(conn, key)
+        active = shadow.active(conn, key)
         keys = (key, active.shadow if active else key)
         cancelled = (
             "SELECT file_id FROM vector_store_files WHERE vector_store_id = ? AND batch_id = ?"
@@ -140,5 +140,5 @@ def cancel(conn: apsw.Connection, *, vector_store_id: str, batch_id: str, now: i
         )
         conn.execute("UPDATE file_batches SET cancelled_at = ? WHERE id = ?", (now, batch_id))
         if active is not None:
-            reindex.settle(conn, active.shadow, now)
+            shadow.settle(conn, active.shadow, now)
         return _load(conn, key, vector_store_id, batch_id)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Any, cast
+from typing import Any
 
 import apsw
 
-from services.store import access, attachments
+from services.store import access, vector_store_files
 from services.store.db import atomic
 from services.store.errors import FileNotFound, InvalidArgument
 from services.store.paging import fetch_page, unknown_cursor
@@ -140,11 +140,6 @@ def delete(conn: apsw.Connection, file_id: str, now: int) -> None:
     """Removes the file from every vector store (chunks, vectors, jobs), then the file itself."""
     with atomic(conn):
         lookup(conn, file_id)
-        keys = conn.execute(
-            "SELECT vector_store_id FROM vector_store_files WHERE file_id = ?", (file_id,)
-        ).fetchall()
-        for (key,) in keys:
-            # A shadow's row may already be gone with its vector_store's (reindex.py).
-            attachments.remove(conn, cast(int, key), file_id, now)
+        vector_store_files.remove_everywhere(conn, file_id, now)
         conn.execute("DELETE FROM file_contents WHERE file_id = ?", (file_id,))
         conn.execute("DELETE FROM files WHERE id = ?", (file_id,))

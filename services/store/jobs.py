@@ -17,7 +17,7 @@ import apsw
 
 from services.common.vectors import FloatMatrix
 from services.common.vocabulary import FILE_ERROR_CODES
-from services.store import attachments, ingest, reindex, vector_stores
+from services.store import ingest, shadow, vector_store_files, vector_stores
 from services.store.compat import check_indexing, check_served
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, JobNotFound, LeaseLost, ModelMismatch
@@ -30,7 +30,6 @@ MAX_LEASE_SECONDS = 3600
 MAX_RETRY_AFTER_SECONDS = 86400
 # Contents handed out by one claim beyond the first job (gRPC messages are capped at 64 MiB).
 MAX_CLAIM_BYTES = 32 * 1024 * 1024
-ERROR_CODES = FILE_ERROR_CODES
 MAX_ERROR_MESSAGE = 1000
 
 # Jobs a worker may take now: due pending ones, and leases that expired (their worker died),
@@ -99,7 +98,7 @@ def _fail_file(
         (code, message[:MAX_ERROR_MESSAGE], key, file_id),
     )
     conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
-    reindex.settle(conn, key, now)
+    shadow.settle(conn, key, now)
 
 
 def claim(
@@ -181,7 +180,7 @@ def claim(
                         file_id=row[2],
                         filename=row[3],
                         content=bytes(row[4]),
-                        chunking=attachments.decode_chunking(row[5]),
+                        chunking=vector_store_files.decode_chunking(row[5]),
                         model=row[6],
                         dimensions=row[7],
                         attempt=row[8],
@@ -293,8 +292,8 @@ def complete(
             )
         else:
             conn.execute("UPDATE jobs SET state = 'done' WHERE id = ?", (job_id,))
-        record = attachments.fetch(conn, job.key, vector_store.id, job.file_id)
-        reindex.settle(conn, job.key, now)
+        record = vector_store_files.fetch(conn, job.key, vector_store.id, job.file_id)
+        shadow.settle(conn, job.key, now)
         return record
 
 
@@ -317,8 +316,10 @@ def fail(
     """
     if not worker_id:
         raise InvalidArgument("worker_id is required")
-    if code not in ERROR_CODES:
-        raise InvalidArgument(f"error code must be one of {', '.join(ERROR_CODES)}, got {code!r}")
+    if code not in FILE_ERROR_CODES:
+        raise InvalidArgument(
+            f"error code must be one of {', '.join(FILE_ERROR_CODES)}, got {code!r}"
+        )
     if not 0 <= retry_after_seconds <= MAX_RETRY_AFTER_SECONDS:
         raise InvalidArgument(
             f"retry_after_seconds must be 0..{MAX_RETRY_AFTER_SECONDS}, got {retry_after_seconds}"
@@ -334,4 +335,4 @@ def fail(
         else:
             _fail_file(conn, job_id, job.key, job.file_id, code, message, now)
         vector_store = vector_stores.lookup_key(conn, job.key)
-        return attachments.fetch(conn, job.key, vector_store.id, job.file_id)
+        return vector_store_files.fetch(conn, job.key, vector_store.id, job.file_id)

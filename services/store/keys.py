@@ -148,10 +148,6 @@ def list_keys(conn: apsw.Connection, now: float, *, revoked: bool = False) -> li
     return [_row(row) for row in rows]
 
 
-def live_keys(conn: apsw.Connection) -> int:
-    return int(conn.execute("SELECT count(*) FROM api_keys WHERE revoked_at = 0").get or 0)
-
-
 def state(conn: apsw.Connection) -> KeyState:
     """What gateways poll to learn, within a second, that keys exist or one was revoked."""
     with atomic(conn, write=False):

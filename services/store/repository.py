@@ -433,9 +433,6 @@ class Repository:
     def get_vector_store_file(self, vector_store_id: str, file_id: str) -> VectorStoreFile:
         return attachments.get(self._conn(), vector_store_id, file_id)
 
-    def find_vector_store_file(self, vector_store_id: str, sha256: str) -> VectorStoreFile | None:
-        return attachments.find_by_content(self._conn(), vector_store_id, sha256)
-
     def list_vector_store_files(
         self,
         vector_store_id: str,
@@ -662,9 +659,6 @@ class Repository:
 
     def list_api_keys(self, revoked: bool = False) -> list[ApiKey]:
         return keys.list_keys(self._conn(), self._clock(), revoked=revoked)
-
-    def live_api_keys(self) -> int:
-        return keys.live_keys(self._conn())
 
     def key_state(self) -> KeyState:
         return keys.state(self._conn())

@@ -34,13 +34,10 @@ from typing import cast
 import apsw
 import numpy as np
 
-from services.common.vocabulary import BUILDING, COARSE, EXACT, INDEX_KINDS
+from services.common.vocabulary import BUILDING, COARSE, EXACT
 from services.store import resident
 from services.store.db import atomic, database_key, vectors_available, vectors_error
 from services.store.errors import VectorsUnavailable
-
-# vector stores.vector_index
-KINDS = INDEX_KINDS
 
 # sqlite-vec's limit on k in a KNN query.
 MAX_K = 4096

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from google.protobuf.message import Message
 
 from services.common.vectors import FloatMatrix, from_bytes
 from services.pb import store_pb2 as pb
@@ -30,6 +34,33 @@ from services.store.records import (
     VectorStoreFile,
 )
 from services.store.search.filters import MAX_DEPTH, Comparison, Compound, Filter
+
+M = TypeVar("M", bound=Message)
+R = TypeVar("R")
+
+
+def copied(message_type: type[M], record: object, **fields: Any) -> M:
+    """A message whose fields are the record's attributes of the same names, except those
+    given in `fields` (the ones named or shaped otherwise). For converters that only copy:
+    tests/test_store_wire_messages.py checks that no field is left out."""
+    values = {
+        field.name: getattr(record, field.name)
+        for field in message_type.DESCRIPTOR.fields
+        if field.name not in fields and hasattr(record, field.name)
+    }
+    return message_type(**values, **fields)
+
+
+def record_of(record_type: type[R], message: Message, **fields: Any) -> R:
+    """The record whose fields are the message's fields of the same names, except those given
+    in `fields`."""
+    names = message.DESCRIPTOR.fields_by_name
+    values = {
+        field.name: getattr(message, field.name)
+        for field in dataclasses.fields(record_type)  # type: ignore[arg-type]
+        if field.name not in fields and field.name in names
+    }
+    return record_type(**values, **fields)
 
 
 def decode_vectors(data: bytes, dimensions: int, count: int) -> FloatMatrix:
@@ -115,35 +146,15 @@ def model_from_message(message: pb.EmbeddingModel, present: bool) -> EmbeddingMo
 
 
 def file_counts_message(counts: FileCounts) -> pb.FileCounts:
-    return pb.FileCounts(
-        in_progress=counts.in_progress,
-        completed=counts.completed,
-        failed=counts.failed,
-        cancelled=counts.cancelled,
-        total=counts.total,
-        vectors_pending=counts.vectors_pending,
-    )
+    return copied(pb.FileCounts, counts)
 
 
 def vector_store_message(vector_store: VectorStore) -> pb.VectorStore:
-    message = pb.VectorStore(
-        id=vector_store.id,
-        name=vector_store.name,
-        created_at=vector_store.created_at,
-        last_active_at=vector_store.last_active_at,
-        metadata=vector_store.metadata,
-        model=vector_store.model,
-        dimensions=vector_store.dimensions,
-        chunk_count=vector_store.chunk_count,
-        file_count=vector_store.file_count,
-        usage_bytes=vector_store.usage_bytes,
+    message = copied(
+        pb.VectorStore,
+        vector_store,
         file_counts=file_counts_message(vector_store.file_counts),
-        expires_anchor=vector_store.expires_anchor,
-        expires_days=vector_store.expires_days,
-        expires_at=vector_store.expires_at,
-        vector_index=vector_store.vector_index,
-        max_input_tokens=vector_store.max_input_tokens,
-        in_memory=vector_store.in_memory,
+        reindex=None,
     )
     if (reindex := vector_store.reindex) is not None:
         message.reindex.CopyFrom(
@@ -163,120 +174,42 @@ def vector_store_message(vector_store: VectorStore) -> pb.VectorStore:
 
 
 def hit_message(hit: SearchHit) -> pb.SearchHit:
-    return pb.SearchHit(
-        chunk_id=hit.chunk_id,
-        file_id=hit.file_id,
-        filename=hit.filename,
-        text=hit.text,
-        score=hit.score,
-        attributes=_attributes_message(hit.attributes),
-        chunk_index=hit.chunk_index,
-        vector_rank=hit.vector_rank,
-        lexical_rank=hit.lexical_rank,
-    )
+    return copied(pb.SearchHit, hit, attributes=_attributes_message(hit.attributes))
 
 
 def file_message(file: File) -> pb.File:
-    return pb.File(
-        id=file.id,
-        filename=file.filename,
-        bytes=file.bytes,
-        created_at=file.created_at,
-        purpose=file.purpose,
-        sha256=file.sha256,
-    )
+    return copied(pb.File, file)
 
 
 def vector_store_file_message(record: VectorStoreFile) -> pb.VectorStoreFile:
-    message = pb.VectorStoreFile(
-        file_id=record.file_id,
-        vector_store_id=record.vector_store_id,
-        status=record.status,
-        usage_bytes=record.usage_bytes,
-        created_at=record.created_at,
+    error = record.last_error
+    return copied(
+        pb.VectorStoreFile,
+        record,
         attributes=_attributes_message(record.attributes),
         chunking=chunking_message(record.chunking),
-        chunk_count=record.chunk_count,
-        filename=record.filename,
-        batch_id=record.batch_id,
-        deduplicated=record.deduplicated,
-        vectors_pending=record.vectors_pending,
+        last_error=None if error is None else copied(pb.LastError, error),
     )
-    if record.last_error is not None:
-        message.last_error.CopyFrom(
-            pb.LastError(code=record.last_error.code, message=record.last_error.message)
-        )
-    return message
 
 
 def stored_chunk_message(chunk: StoredChunk) -> pb.StoredChunk:
-    return pb.StoredChunk(
-        chunk_id=chunk.chunk_id,
-        chunk_index=chunk.chunk_index,
-        text=chunk.text,
-        token_count=chunk.token_count,
-    )
+    return copied(pb.StoredChunk, chunk)
 
 
 def batch_message(batch: FileBatch) -> pb.FileBatch:
-    return pb.FileBatch(
-        id=batch.id,
-        vector_store_id=batch.vector_store_id,
-        created_at=batch.created_at,
-        status=batch.status,
-        file_counts=file_counts_message(batch.file_counts),
-    )
+    return copied(pb.FileBatch, batch, file_counts=file_counts_message(batch.file_counts))
 
 
 def job_message(job: ClaimedJob) -> pb.Job:
-    return pb.Job(
-        job_id=job.job_id,
-        vector_store_id=job.vector_store_id,
-        file_id=job.file_id,
-        filename=job.filename,
-        content=job.content,
-        chunking=chunking_message(job.chunking),
-        model=job.model,
-        dimensions=job.dimensions,
-        attempt=job.attempt,
-        lexical=job.lexical,
-        key_name=job.key_name,
-    )
+    return copied(pb.Job, job, chunking=chunking_message(job.chunking))
 
 
 def audit_entry_from_message(message: pb.AuditEntry) -> AuditEntry:
-    return AuditEntry(
-        at=message.at,
-        operation=message.operation,
-        vector_store_id=message.vector_store_id,
-        k=message.k,
-        latency_ms=message.latency_ms,
-        result_count=message.result_count,
-        degraded=message.degraded,
-        detail=message.detail,
-        key_name=message.key_name,
-        embedded_tokens=message.embedded_tokens,
-        error_code=message.error_code,
-        project=message.project,
-    )
+    return record_of(AuditEntry, message, id=0)
 
 
 def audit_entry_message(entry: AuditEntry) -> pb.AuditEntry:
-    return pb.AuditEntry(
-        id=entry.id,
-        at=entry.at,
-        operation=entry.operation,
-        vector_store_id=entry.vector_store_id,
-        k=entry.k,
-        latency_ms=entry.latency_ms,
-        result_count=entry.result_count,
-        degraded=entry.degraded,
-        detail=entry.detail,
-        key_name=entry.key_name,
-        embedded_tokens=entry.embedded_tokens,
-        error_code=entry.error_code,
-        project=entry.project,
-    )
+    return copied(pb.AuditEntry, entry)
 
 
 def status_message(status: StoreStatus) -> pb.StoreStatus:
@@ -285,16 +218,7 @@ def status_message(status: StoreStatus) -> pb.StoreStatus:
         disk_free_bytes=status.disk_free_bytes,
         disk_total_bytes=status.disk_total_bytes,
         storage_full=status.storage_full,
-        models=[
-            pb.ModelUse(
-                model=use.model,
-                dimensions=use.dimensions,
-                vector_stores=use.vector_stores,
-                sample_ids=use.sample_ids,
-                served=use.served,
-            )
-            for use in status.models
-        ],
+        models=[copied(pb.ModelUse, use) for use in status.models],
         vector_index_error=status.vector_index_error,
         versions=status.versions,
     )
@@ -327,20 +251,7 @@ def stats_message(stats: Stats) -> pb.StoreStats:
             evicted=counters.evicted,
         ),
         audit_entries=database.audit_entries,
-        per_vector_store=[
-            pb.VectorStoreStats(
-                id=item.id,
-                name=item.name,
-                model=item.model,
-                dimensions=item.dimensions,
-                files=item.files,
-                chunks=item.chunks,
-                vectors=item.vectors,
-                vector_slots=item.vector_slots,
-                usage_bytes=item.usage_bytes,
-            )
-            for item in database.vector_stores
-        ],
+        per_vector_store=[copied(pb.VectorStoreStats, item) for item in database.vector_stores],
     )
 
 
@@ -359,30 +270,11 @@ def new_items_from_message(items: Sequence[pb.NewItem]) -> list[NewItem]:
 
 
 def item_message(item: Item) -> pb.ConversationItem:
-    return pb.ConversationItem(
-        id=item.id,
-        type=item.type,
-        role=item.role,
-        status=item.status,
-        body_json=item.body,
-        text=item.text,
-        created_at=item.created_at,
-        conversation_id=item.conversation_id,
-        response_id=item.response_id,
-        position=item.position,
-    )
+    return copied(pb.ConversationItem, item, body_json=item.body)
 
 
 def conversation_message(conversation: Conversation) -> pb.Conversation:
-    return pb.Conversation(
-        id=conversation.id,
-        created_at=conversation.created_at,
-        last_active_at=conversation.last_active_at,
-        metadata=conversation.metadata,
-        title=conversation.title,
-        item_count=conversation.item_count,
-        turn_count=conversation.turn_count,
-    )
+    return copied(pb.Conversation, conversation)
 
 
 def response_from_message(message: pb.RecordResponseRequest) -> NewResponse:

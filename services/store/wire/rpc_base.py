@@ -15,34 +15,15 @@ import grpc
 from services.common.grpc_server import Context
 from services.store.disk import is_full_error
 from services.store.errors import (
-    BackupExists,
-    BackupNotFound,
-    BackupUnusable,
-    BatchNotFound,
-    ConversationNotFound,
-    DimensionMismatch,
-    FileNotFound,
-    FullTextUnavailable,
+    AlreadyExists,
+    Busy,
     InvalidArgument,
-    ItemNotFound,
-    JobNotFound,
-    KeyExists,
-    KeyNotFound,
-    LeaseLost,
-    MaintenanceRunning,
-    ModelMismatch,
-    NoReindex,
-    ProjectExists,
-    ProjectNotFound,
-    ReindexRunning,
-    ReplicaUnavailable,
-    ResponseExists,
-    ResponseNotFound,
+    ModelRule,
+    NotFound,
+    PreconditionFailed,
     StorageFull,
     StoreError,
-    VectorStoreFileNotFound,
-    VectorStoreNotFound,
-    VectorsUnavailable,
+    Unavailable,
 )
 from services.store.repository import DEFAULT_LIST_LIMIT, Repository
 from services.store.wire import guard
@@ -60,41 +41,35 @@ STORAGE_FULL = "storage-full"
 # looks the vector_store's model up again (it changes when a re-index switches).
 MODEL_MISMATCH = "model-mismatch"
 
-_STATUS: list[tuple[type[StoreError], grpc.StatusCode]] = [
-    (VectorStoreNotFound, grpc.StatusCode.NOT_FOUND),
-    (FileNotFound, grpc.StatusCode.NOT_FOUND),
-    (VectorStoreFileNotFound, grpc.StatusCode.NOT_FOUND),
-    (BatchNotFound, grpc.StatusCode.NOT_FOUND),
-    (JobNotFound, grpc.StatusCode.NOT_FOUND),
-    (ConversationNotFound, grpc.StatusCode.NOT_FOUND),
-    (ItemNotFound, grpc.StatusCode.NOT_FOUND),
-    (ResponseNotFound, grpc.StatusCode.NOT_FOUND),
-    (ResponseExists, grpc.StatusCode.ALREADY_EXISTS),
-    (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
-    (DimensionMismatch, grpc.StatusCode.FAILED_PRECONDITION),
-    (ModelMismatch, grpc.StatusCode.FAILED_PRECONDITION),
-    (LeaseLost, grpc.StatusCode.FAILED_PRECONDITION),
-    (BackupExists, grpc.StatusCode.ALREADY_EXISTS),
-    (BackupNotFound, grpc.StatusCode.NOT_FOUND),
-    (BackupUnusable, grpc.StatusCode.FAILED_PRECONDITION),
-    (ReplicaUnavailable, grpc.StatusCode.FAILED_PRECONDITION),
-    (KeyExists, grpc.StatusCode.ALREADY_EXISTS),
-    (KeyNotFound, grpc.StatusCode.NOT_FOUND),
-    (ProjectExists, grpc.StatusCode.ALREADY_EXISTS),
-    (ProjectNotFound, grpc.StatusCode.NOT_FOUND),
-    (MaintenanceRunning, grpc.StatusCode.ABORTED),
-    (ReindexRunning, grpc.StatusCode.ABORTED),
-    (NoReindex, grpc.StatusCode.FAILED_PRECONDITION),
-    (VectorsUnavailable, grpc.StatusCode.UNAVAILABLE),
-    (FullTextUnavailable, grpc.StatusCode.UNAVAILABLE),
-]
+# Each kind of store error (errors.py) -> its status, and the reason sent with it as trailing
+# metadata ("" for none). An error takes its nearest kind's.
+_KINDS: dict[type[StoreError], tuple[grpc.StatusCode, str]] = {
+    NotFound: (grpc.StatusCode.NOT_FOUND, ""),
+    AlreadyExists: (grpc.StatusCode.ALREADY_EXISTS, ""),
+    InvalidArgument: (grpc.StatusCode.INVALID_ARGUMENT, ""),
+    PreconditionFailed: (grpc.StatusCode.FAILED_PRECONDITION, ""),
+    ModelRule: (grpc.StatusCode.FAILED_PRECONDITION, MODEL_MISMATCH),
+    Busy: (grpc.StatusCode.ABORTED, ""),
+    # RESOURCE_EXHAUSTED is gRPC's code for a full file system; the reason tells it from an
+    # overloaded server.
+    StorageFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, STORAGE_FULL),
+    Unavailable: (grpc.StatusCode.UNAVAILABLE, ""),
+}
 
 
-def status_for(error: StoreError) -> grpc.StatusCode:
-    for error_type, code in _STATUS:
-        if isinstance(error, error_type):
-            return code
-    return grpc.StatusCode.INTERNAL
+def status_for(error: StoreError) -> tuple[grpc.StatusCode, str]:
+    """The error's status and reason, by its kind."""
+    for kind in type(error).__mro__:
+        if kind in _KINDS:
+            return _KINDS[kind]
+    return grpc.StatusCode.INTERNAL, ""
+
+
+async def _abort(context: Context, error: StoreError) -> None:
+    code, reason = status_for(error)
+    await context.abort(
+        code, str(error), trailing_metadata=((REASON_KEY, reason),) if reason else ()
+    )
 
 
 def list_args(limit: int, order: str) -> tuple[int, str]:
@@ -124,19 +99,13 @@ class RpcBase:
             if disk.full:
                 disk.check_recovered()
             return result
-        except StorageFull as error:
-            await _abort_full(context, error)
+        except StoreError as error:
+            await _abort(context, error)
         except (apsw.FullError, OSError) as error:
             if not isinstance(error, apsw.FullError) and not is_full_error(error):
                 log.exception("store request failed")
                 await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
-            await _abort_full(context, disk.refused())
-        except (ModelMismatch, DimensionMismatch) as error:
-            await context.abort(
-                status_for(error), str(error), trailing_metadata=((REASON_KEY, MODEL_MISMATCH),)
-            )
-        except StoreError as error:
-            await context.abort(status_for(error), str(error))
+            await _abort(context, disk.refused())
         except apsw.BusyError:
             # Another writer held the database past the busy timeout: a retry may well succeed.
             log.warning("database busy: %s", BUSY_MESSAGE)
@@ -145,13 +114,3 @@ class RpcBase:
             log.exception("store request failed")
             await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
         raise AssertionError("unreachable: context.abort raises")
-
-
-async def _abort_full(context: Context, error: StorageFull) -> None:
-    # RESOURCE_EXHAUSTED is gRPC's code for a full file system; the reason tells it from an
-    # overloaded server.
-    await context.abort(
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        str(error),
-        trailing_metadata=((REASON_KEY, STORAGE_FULL),),
-    )

@@ -8,27 +8,12 @@ import grpc
 from services.common.grpc_server import Context
 from services.pb import store_pb2 as pb
 from services.store.records import ApiKey, KeyUsage, Project
+from services.store.wire.messages import copied
 from services.store.wire.rpc_base import RpcBase
 
 
 def key_message(key: ApiKey) -> pb.ApiKey:
-    return pb.ApiKey(
-        name=key.name,
-        scope=key.scope,
-        vector_stores=key.vector_stores,
-        requests_per_minute=key.requests_per_minute,
-        tokens_per_day=key.tokens_per_day,
-        created_at=key.created_at,
-        last_used_at=key.last_used_at,
-        revoked_at=key.revoked_at,
-        requests=key.requests,
-        searches=key.searches,
-        embedded_tokens=key.embedded_tokens,
-        bytes_stored=key.bytes_stored,
-        embedded_tokens_today=key.embedded_tokens_today,
-        project=key.project,
-        project_conversations=key.project_conversations,
-    )
+    return copied(pb.ApiKey, key)
 
 
 class KeyRpcs(RpcBase):
@@ -103,4 +88,4 @@ class KeyRpcs(RpcBase):
 
 
 def project_message(project: Project) -> pb.Project:
-    return pb.Project(id=project.id, name=project.name, created_at=project.created_at)
+    return copied(pb.Project, project)

@@ -6,15 +6,12 @@ One class per group of RPCs (rpc_*.py), all sharing RpcBase's executor and error
 from __future__ import annotations
 
 from services.pb import store_pb2_grpc
-from services.store.wire.rpc_base import status_for
 from services.store.wire.rpc_conversations import ConversationRpcs
 from services.store.wire.rpc_files import FileRpcs
 from services.store.wire.rpc_jobs import JobRpcs
 from services.store.wire.rpc_keys import KeyRpcs
 from services.store.wire.rpc_operations import OperationsRpcs
 from services.store.wire.rpc_vector_stores import VectorStoreRpcs
-
-__all__ = ["StoreServicer", "status_for"]
 
 
 class StoreServicer(
