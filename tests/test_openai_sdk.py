@@ -150,3 +150,46 @@ def test_deleting_a_file_removes_it_from_stores(sdk: OpenAI) -> None:
     sdk.files.delete(vs_file.id)
     assert sdk.vector_stores.search(store.id, query="purple elephants").data == []
     assert sdk.vector_stores.retrieve(store.id).file_counts.total == 0
+
+
+def test_identical_content_under_two_file_ids_is_two_files(sdk: OpenAI) -> None:
+    # An ingest script run twice uploads the same bytes again: each upload is its own file in
+    # the store, polled by its own id, with its own attributes, counted (issue 30).
+    store = sdk.vector_stores.create(name="sdk-twins")
+    text = "The otter colony at Moss Landing counts forty-two animals this spring."
+    polled = [
+        sdk.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id,
+            file=text_file(f"otters-{run}.txt", text),
+            attributes={"run": run},
+            poll_interval_ms=50,
+        )
+        for run in (1, 2)
+    ]
+    assert [(f.status, f.attributes) for f in polled] == [
+        ("completed", {"run": 1}),
+        ("completed", {"run": 2}),
+    ]
+    uploaded = sdk.files.create(file=text_file("otters-3.txt", text), purpose="assistants")
+    third = sdk.vector_stores.files.create_and_poll(
+        vector_store_id=store.id, file_id=uploaded.id, attributes={"run": 3}, poll_interval_ms=50
+    )
+    assert (third.id, third.status) == (uploaded.id, "completed")
+    assert sdk.vector_stores.retrieve(store.id).file_counts.completed == 3
+    found = sdk.vector_stores.search(
+        store.id, query="otters", filters={"type": "eq", "key": "run", "value": 2}
+    )
+    assert [hit.file_id for hit in found.data] == [polled[1].id]
+    # A batch of files with one content counts every file.
+    copies = [
+        sdk.files.create(file=text_file(f"copy-{n}.txt", text), purpose="assistants").id
+        for n in range(3)
+    ]
+    batch = sdk.vector_stores.file_batches.create_and_poll(
+        vector_store_id=store.id, file_ids=copies, poll_interval_ms=50
+    )
+    assert (batch.status, batch.file_counts.completed, batch.file_counts.total) == (
+        "completed",
+        3,
+        3,
+    )

@@ -253,17 +253,6 @@ def test_attaching_the_same_file_again_is_deduplicated(repo: Repository, vs_id: 
     assert repo.get_vector_store(vs_id).file_counts == FileCounts(completed=1)
 
 
-def test_identical_content_is_indexed_once_per_vector_store(repo: Repository, vs_id: str) -> None:
-    original, copy = upload(repo, "same words"), upload(repo, "same words", filename="copy.txt")
-    repo.attach_file(vs_id, original.id)
-    returned = repo.attach_file(vs_id, copy.id, {"ignored": True})
-    assert (returned.file_id, returned.deduplicated, returned.attributes) == (original.id, True, {})
-    assert statuses(repo, vs_id) == {original.id: "in_progress"}
-    # Another vector store indexes its own copy.
-    other = repo.create_vector_store("other", MODEL, DIMS).id
-    assert not repo.attach_file(other, copy.id).deduplicated
-
-
 @pytest.mark.parametrize("ending", ["failed", "cancelled"])
 def test_a_failed_or_cancelled_file_is_attached_again(
     repo: Repository, vs_id: str, clock: FakeClock, ending: str
@@ -295,16 +284,20 @@ def test_a_failed_or_cancelled_file_is_attached_again(
     assert finish(repo, job).status == "completed"
 
 
-def test_identical_content_of_another_completed_file_wins_over_a_reattach(
+def test_a_named_file_is_attached_even_when_another_holds_its_content(
     repo: Repository, vs_id: str
 ) -> None:
-    failed, twin = upload(repo), upload(repo)
+    # OpenAI's SDKs poll the file they attached: a twin must not answer for it.
+    failed, first, second = upload(repo), upload(repo), upload(repo)
     repo.attach_file(vs_id, failed.id)
     repo.fail_job(claim_one(repo).job_id, "w1", "server_error", "embedder down")
-    repo.attach_file(vs_id, twin.id)
-    returned = repo.attach_file(vs_id, failed.id)
-    assert (returned.file_id, returned.deduplicated) == (twin.id, True)
-    assert statuses(repo, vs_id) == {failed.id: "failed", twin.id: "in_progress"}
+    assert not repo.attach_file(vs_id, first.id, {"copy": 1}).deduplicated
+    named = repo.attach_file(vs_id, second.id, {"copy": 2})
+    assert (named.file_id, named.attributes, named.deduplicated) == (second.id, {"copy": 2}, False)
+    again = repo.attach_file(vs_id, failed.id)
+    assert (again.file_id, again.status, again.deduplicated) == (failed.id, "in_progress", False)
+    assert statuses(repo, vs_id) == dict.fromkeys((failed.id, first.id, second.id), "in_progress")
+    assert repo.get_vector_store(vs_id).file_counts.in_progress == 3
 
 
 # Files in a vector store

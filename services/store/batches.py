@@ -58,7 +58,8 @@ def create(
     model: EmbeddingModel | None = None,
     key_name: str = "",
 ) -> FileBatch:
-    """Attaches every file (same deduplication as a single attach) in one transaction.
+    """Attaches every file (as a single attach: a file already in the vector store is left as
+    it is) in one transaction.
 
     Newly attached and re-attached files record the batch; deduplicated ones keep their row.
     A `model` must be the vector_store's (check_indexing).

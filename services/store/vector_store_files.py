@@ -130,10 +130,13 @@ def add(
 ) -> tuple[VectorStoreFile, bool]:
     """Attaches a file with a pending job; returns the row and whether it was (re)attached.
 
-    The same file, or another with identical content, already indexed or being indexed in the
-    vector store is returned as it is, marked deduplicated, with nothing written. A failed or
-    cancelled file is attached again (new settings, new job). A vector store being re-indexed
-    gets the file attached to its new index too (unless `mirror` is off: that attach).
+    The same file already indexed or being indexed in the vector store is returned as it is,
+    marked deduplicated, with nothing written. Another file with identical content does not
+    stand in for it: the file the client named is attached, with its own attributes, counted
+    (OpenAI's contract, which its SDKs poll by that file's id); its job finds the content's
+    vectors in the embedding cache rather than embedding them again. A failed or cancelled
+    file is attached again (new settings, new job). A vector store being re-indexed gets the
+    file attached to its new index too (unless `mirror` is off: that attach).
     `key_name`: the API key the job is queued for (its tokens count as that key's).
     """
     file_row = conn.execute("SELECT sha256 FROM files WHERE id = ?", (file_id,)).fetchone()
@@ -146,15 +149,6 @@ def add(
     ).fetchone()
     if existing is not None and existing[0] in LIVE_STATUSES:
         return fetch(conn, key, vector_store_id, file_id, deduplicated=True), False
-    if sha256:
-        twin = conn.execute(
-            "SELECT file_id FROM vector_store_files WHERE vector_store_id = ? AND sha256 = ?"
-            " AND file_id <> ? AND status IN ('in_progress', 'completed')"
-            " ORDER BY created_at, rowid LIMIT 1",
-            (key, sha256, file_id),
-        ).fetchone()
-        if twin is not None:
-            return fetch(conn, key, vector_store_id, twin[0], deduplicated=True), False
     if existing is None:
         conn.execute(
             "INSERT INTO vector_store_files (vector_store_id, file_id, status, attributes,"
