@@ -91,3 +91,14 @@ def test_the_overlay_matches_the_kubernetes_schemas(
         version = kubernetes_validate.latest_version()
     for obj in manifests.values():
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_the_gateway_balances_over_the_store_pods(
+    manifests: dict[tuple[str, str], Manifest],
+) -> None:
+    [gateway] = manifests["Deployment", "gateway"]["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in gateway["env"]}
+    assert env["RAGD_STORE_TARGET"] == "dns:///store-pods:50052"
+    assert manifests["Service", "store-pods"]["spec"]["clusterIP"] == "None"
+    # The patch replaced the one variable and kept the rest of the base's.
+    assert env["RAGD_EMBEDDER_TARGET"] == "dns:///embedder:50051"
