@@ -8,8 +8,9 @@ Per size: chunks with their vectors (pgvector text, formatted here) and texts lo
 in transactions of load_batch rows (AddChunks' batches) with a GIN word index in place; the
 HNSW index built afterwards (cosine, m 16, ef_construction 64, the layout of
 docs/design/postgres.md); the held-out queries as vector searches with `hnsw.ef_search` =
-clamp(4k, 80, 1000), recall@k against an exact scan in numpy, and PostgreSQL's own exact scan
-for scale; then as OR-of-words full-text searches ranked by ts_rank over every match.
+clamp(4k, 80, 1000) and twice and four times that, recall@k against an exact scan in numpy,
+and PostgreSQL's own exact scan for scale; then as OR-of-words full-text searches ranked by
+ts_rank over every match.
 
 Optional: `python -m bench --only postgres --limits-sizes 100000,1000000`.
 """
@@ -164,10 +165,15 @@ def _one_size(
         conn.execute("VACUUM ANALYZE chunks")
         relation = _one(conn, "SELECT pg_total_relation_size('chunks')")
         index = _one(conn, "SELECT pg_relation_size('chunks_hnsw')")
-        conn.execute(f"SET hnsw.ef_search = {ef_search(k)}".encode())
         truth = _exact(data.vectors, queries, k)
         texts = literals(queries)
-        hnsw, found = _timed(conn, _VECTOR_SEARCH, texts, k)
+        # The rule's ef_search, then twice and four times it: what more recall costs.
+        sweep = {}
+        for factor in (4, 2, 1):
+            ef = min(factor * ef_search(k), 1000)
+            conn.execute(f"SET hnsw.ef_search = {ef}".encode())
+            hnsw, found = _timed(conn, _VECTOR_SEARCH, texts, k)
+            sweep[ef] = (1000 * median(hnsw), recall_at_k(found, truth, k))
         exact, _ = _timed(conn, _EXACT_SEARCH, texts[:_EXACT_QUERIES], k)
         fts = []
         for text in query_texts:
@@ -186,6 +192,7 @@ def _one_size(
         "vector_p50_ms": 1000 * median(hnsw),
         "vector_p95_ms": 1000 * percentile(hnsw, 95),
         "vector_recall": recall_at_k(found, truth, k),
+        "ef_sweep": {str(ef): {"p50_ms": p50, "recall": r} for ef, (p50, r) in sweep.items()},
         "exact_p50_ms": 1000 * median(exact),
         "fts_p50_ms": 1000 * median(fts),
         "fts_p95_ms": 1000 * percentile(fts, 95),
@@ -254,7 +261,12 @@ def _rows(ctx: Context, size: int, f: dict[str, Any]) -> None:
             "ms",
             note=(
                 f"p95 {f['vector_p95_ms']:.1f} ms; recall@{k} {f['vector_recall']:.3f} against "
-                f"exact; PostgreSQL's exact scan p50 {f['exact_p50_ms']:.1f} ms"
+                f"exact; PostgreSQL's exact scan p50 {f['exact_p50_ms']:.1f} ms; "
+                + "; ".join(
+                    f"ef {ef}: {v['p50_ms']:.1f} ms, {v['recall']:.3f}"
+                    for ef, v in sorted(f["ef_sweep"].items(), key=lambda e: int(e[0]))
+                    if int(ef) != f["ef_search"]
+                )
             ),
         )
     )
