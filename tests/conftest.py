@@ -13,8 +13,11 @@ import pytest
 from services.embedder.model import EmbeddingModel
 from services.launcher import Stack
 from services.store.repository import Repository
+from tests import engines
 from tests.embedder_fixtures import load_model, load_reference
+from tests.engines import Database
 from tests.harness import started_stack
+from tests.postgres_server import PostgresServer, start_server
 from tests.store_fixtures import DIMS, MODEL, FakeClock, open_repository
 
 
@@ -25,9 +28,80 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Engine-aware tests run once per engine (tests/engines.py); session scope, so that one
+    # stack per engine serves every test that asks for it.
+    if "engine" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("engines")
+        metafunc.parametrize("engine", engines.parameters(marker), indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    yield from started_stack(tmp_path_factory.mktemp("stack"))
+def engine(request: pytest.FixtureRequest) -> str:
+    """The store engine of this run of the test: "sqlite" or "postgres"."""
+    name: str = request.param
+    reason = engines.unavailable(name)
+    if reason is not None:
+        pytest.skip(reason)
+    return name
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session (started only if a test needs it)."""
+    server = start_server(tmp_path_factory.mktemp("postgres") / "data")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _database(request: pytest.FixtureRequest, engine: str, folder: Path) -> Iterator[Database]:
+    if engine != "postgres":
+        yield Database(engine, folder / "ragd.db")
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    name = server.create_database()
+    try:
+        yield Database(engine, folder / "ragd.db", server.url(name))
+    finally:
+        server.drop_database(name)
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest, engine: str, tmp_path: Path) -> Iterator[Database]:
+    """An empty database of this run's engine: a file in tmp_path, or a fresh PostgreSQL
+    database copied from the template (dropped after the test)."""
+    yield from _database(request, engine, tmp_path)
+
+
+def _stack(request: pytest.FixtureRequest, engine: str, folder: Path) -> Iterator[Stack]:
+    for database in _database(request, engine, folder):
+        yield from started_stack(folder, 1, **database.env())
+
+
+@pytest.fixture(scope="session")
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """The session's stack, on RAGD_TEST_ENGINE's engine (SQLite unless it says postgres)."""
+    engine = engines.stack_engine()
+    reason = engines.unavailable(engine)
+    if reason is not None:
+        pytest.skip(reason)
+    yield from _stack(request, engine, tmp_path_factory.mktemp("stack"))
+
+
+@pytest.fixture(scope="session")
+def engine_stack(
+    request: pytest.FixtureRequest, engine: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """A stack per engine, for the flows that run on both (the session's `stack` when it is
+    of this engine)."""
+    if engine == engines.stack_engine():
+        yield request.getfixturevalue("stack")
+        return
+    yield from _stack(request, engine, tmp_path_factory.mktemp(f"stack-{engine}"))
 
 
 @pytest.fixture(scope="session")
@@ -42,15 +116,18 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def repo(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Repository]:
-    """A migrated store in tmp_path on the fake clock.
+def repo(
+    request: pytest.FixtureRequest, database: Database, clock: FakeClock
+) -> Iterator[Repository]:
+    """A migrated store of this run's engine on the fake clock.
 
     A module's `pytestmark = pytest.mark.repo(checks=[...])` names checks of its database
     (such as check_invariants) run after each test.
     """
     marker = request.node.get_closest_marker("repo")
     checks = marker.kwargs.get("checks", ()) if marker is not None else ()
-    repository = open_repository(tmp_path / "ragd.db", clock=clock)
+    # The engine port opens database.url here when it is set (PostgreSQL).
+    repository = open_repository(database.path, clock=clock)
     try:
         yield repository
         for check in checks:

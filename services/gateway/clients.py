@@ -44,9 +44,43 @@ log = logging.getLogger(__name__)
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
+# The store's methods that only read, so that a call UNAVAILABLE from one store (dead,
+# restarting) is sent again, to another where the target names several (several stores of
+# one PostgreSQL database; issue 31). A write is never retried here: the store may have
+# committed it before the connection broke, and only its caller knows how to check.
+STORE_READS = (
+    "GetVectorStore",
+    "ListVectorStores",
+    "Search",
+    "GetFile",
+    "ListFiles",
+    "GetFileContent",
+    "GetVectorStoreFile",
+    "ListVectorStoreFiles",
+    "GetVectorStoreFileChunks",
+    "GetFileBatch",
+    "GetCachedEmbeddings",
+    "ListAudit",
+    "GetStats",
+    "GetStatus",
+    "AuthenticateApiKey",
+    "ListApiKeys",
+    "GetKeyState",
+    "ListProjects",
+    "ListBackups",
+    "GetConversation",
+    "ListConversations",
+    "ListItems",
+    "GetItem",
+    "SearchHistory",
+    "GetResponse",
+    "ListResponseInputItems",
+    "GetHistory",
+)
+
 # round_robin spreads calls over every address the target resolves to (several embedder
-# replicas); health checking skips replicas that are not SERVING; UNAVAILABLE is retried
-# for the idempotent methods named here.
+# replicas, several stores); health checking skips those that are not SERVING; UNAVAILABLE
+# is retried for the idempotent methods named here.
 _SERVICE_CONFIG = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "healthCheckConfig": {"serviceName": ""},
@@ -54,9 +88,7 @@ _SERVICE_CONFIG = {
         {
             "name": [
                 {"service": "ragd.embedder.v1.Embedder"},
-                {"service": "ragd.store.v1.Store", "method": "GetVectorStore"},
-                {"service": "ragd.store.v1.Store", "method": "ListVectorStores"},
-                {"service": "ragd.store.v1.Store", "method": "Search"},
+                *({"service": "ragd.store.v1.Store", "method": name} for name in STORE_READS),
             ],
             "retryPolicy": {
                 "maxAttempts": 5,

@@ -4,12 +4,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import SplitResult, quote, unquote, urlsplit
 
 from services.common.config import ConfigError, Env
 from services.common.paths import default_db_path
 from services.common.security import TlsFiles, service_token
 from services.store.replica import ReplicaSettings, valid_timestamp
 from services.store.retention import RetentionSettings
+
+# The database engines this build of the store opens: SQLite at db_path, or PostgreSQL at
+# RAGD_DATABASE_URL once issue 31's port adds "postgres" here (until then a store given a
+# PostgreSQL URL refuses to start, saying so). The tests read it to skip an engine.
+SUPPORTED_ENGINES: tuple[str, ...] = ("sqlite",)
+_SCHEMES = ("postgresql", "postgres")
+
+
+@dataclass(frozen=True)
+class PostgresSettings:
+    """A PostgreSQL database (RAGD_DATABASE_URL) and the store's connection pool to it."""
+
+    # postgresql://user:password@host:port/database?sslmode=...; libpq's URI form, with the
+    # password from RAGD_DATABASE_PASSWORD[_FILE] put in. Never logged: see `display`.
+    url: str = field(repr=False)
+    # Connections kept open, and the most opened at once (default: one per store thread,
+    # since each thread runs one database call at a time).
+    pool_min: int = 1
+    pool_max: int = 4
+    # Seconds a call waits for a free connection (or for the server to accept one) before
+    # the store answers it UNAVAILABLE.
+    pool_timeout: float = 10.0
+
+    @property
+    def display(self) -> str:
+        """The URL without its password, for logs and /ready."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        return _with_netloc(parts, _netloc(parts, "***"))
 
 
 @dataclass(frozen=True)
@@ -53,14 +84,22 @@ class StoreConfig:
     # Chat history kept this many days (RAGD_CONVERSATIONS_TTL_DAYS, RAGD_RESPONSES_TTL_DAYS;
     # retention.py); 0: forever.
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    # PostgreSQL instead of the SQLite file at db_path (RAGD_DATABASE_URL); None: SQLite.
+    postgres: PostgresSettings | None = None
+
+    @property
+    def engine(self) -> str:
+        """The database engine: "sqlite" or "postgres"."""
+        return "sqlite" if self.postgres is None else "postgres"
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> StoreConfig:
         env = env or Env()
-        return cls(
+        threads = env.int("STORE_THREADS", cls.threads, minimum=1)
+        config = cls(
             listen=env.str("STORE_LISTEN", cls.listen),
             db_path=Path(env.str("DB_PATH", str(default_db_path()))),
-            threads=env.int("STORE_THREADS", cls.threads, minimum=1),
+            threads=threads,
             log_level=env.str("LOG_LEVEL", cls.log_level),
             metrics_listen=env.optional("METRICS_LISTEN"),
             metrics_refresh_seconds=env.float(
@@ -84,7 +123,16 @@ class StoreConfig:
                 conversations_days=_days(env, "CONVERSATIONS_TTL_DAYS"),
                 responses_days=_days(env, "RESPONSES_TTL_DAYS"),
             ),
+            postgres=postgres_settings(env, threads),
         )
+        if config.postgres is not None and config.engine not in SUPPORTED_ENGINES:
+            raise ConfigError(
+                f"RAGD_DATABASE_URL names a PostgreSQL database ({config.postgres.display}), "
+                "but this build of the store cannot use PostgreSQL "
+                "yet (issue 31); unset RAGD_DATABASE_URL to keep the SQLite database at "
+                f"RAGD_DB_PATH ({config.db_path})"
+            )
+        return config
 
 
 def _days(env: Env, name: str) -> float:
@@ -114,3 +162,67 @@ def _replica(env: Env) -> ReplicaSettings | None:
         restore_timestamp=timestamp,
         metrics_listen=env.optional("REPLICA_METRICS_LISTEN"),
     )
+
+
+def postgres_settings(env: Env, threads: int = StoreConfig.threads) -> PostgresSettings | None:
+    """RAGD_DATABASE_URL[_FILE] with the password from RAGD_DATABASE_PASSWORD[_FILE] when the
+    URL has none, and the pool's settings (RAGD_DATABASE_POOL_MIN/MAX/TIMEOUT); None when no
+    URL is set. Either value may be a file's content (a mounted secret), as
+    RAGD_SERVICE_TOKEN_FILE is read."""
+    url = env.secret("DATABASE_URL")
+    password = env.secret("DATABASE_PASSWORD")
+    if url is None:
+        if password is not None:
+            raise ConfigError("RAGD_DATABASE_PASSWORD is set but RAGD_DATABASE_URL is not")
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in _SCHEMES:
+        # Not echoed: a malformed URL may still hold a password.
+        raise ConfigError(
+            "RAGD_DATABASE_URL must be a PostgreSQL URL, postgresql://user@host:5432/database "
+            f"(scheme {' or '.join(_SCHEMES)}), got the scheme {parts.scheme!r}"
+        )
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ConfigError("RAGD_DATABASE_URL has a port that is not a number") from None
+    if not parts.path.strip("/") and "dbname=" not in parts.query:
+        raise ConfigError(
+            "RAGD_DATABASE_URL names no database: postgresql://user@host:5432/DATABASE"
+        )
+    if password is not None:
+        if parts.password is not None:
+            raise ConfigError(
+                "the database password is given twice: in RAGD_DATABASE_URL and in "
+                "RAGD_DATABASE_PASSWORD[_FILE]; keep one"
+            )
+        if parts.username is None:
+            raise ConfigError(
+                "RAGD_DATABASE_PASSWORD needs a user in RAGD_DATABASE_URL "
+                "(postgresql://USER@host/database)"
+            )
+        url = _with_netloc(parts, _netloc(parts, quote(password, safe="")))
+    pool_min = env.int("DATABASE_POOL_MIN", PostgresSettings.pool_min, minimum=0)
+    pool_max = env.int("DATABASE_POOL_MAX", max(threads, pool_min, 1), minimum=1)
+    if pool_max < pool_min:
+        raise ConfigError(
+            f"RAGD_DATABASE_POOL_MAX ({pool_max}) must be at least RAGD_DATABASE_POOL_MIN "
+            f"({pool_min})"
+        )
+    pool_timeout = env.float("DATABASE_POOL_TIMEOUT", PostgresSettings.pool_timeout)
+    if pool_timeout <= 0:
+        raise ConfigError(f"RAGD_DATABASE_POOL_TIMEOUT must be above 0 seconds, got {pool_timeout}")
+    return PostgresSettings(
+        url=url, pool_min=pool_min, pool_max=pool_max, pool_timeout=pool_timeout
+    )
+
+
+def _netloc(parts: SplitResult, password: str) -> str:
+    """The URL's user@host:port with `password` (already quoted) as the password."""
+    user = quote(unquote(parts.username or ""), safe="")
+    host = parts.netloc.rpartition("@")[2]
+    return f"{user}:{password}@{host}"
+
+
+def _with_netloc(parts: SplitResult, netloc: str) -> str:
+    return parts._replace(netloc=netloc).geturl()
