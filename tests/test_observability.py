@@ -205,7 +205,11 @@ def test_ragd_audit_lists_who_did_what(own_stack: Stack, searched: str) -> None:
         listed = runner.invoke(cli, [*base, "--since", "1h", "--json"])
         assert listed.exit_code == 0, listed.output
         entries = json.loads(listed.output)
-        if sum(entry["operation"] == "search" for entry in entries) >= 2:
+        uploaded = any(
+            e["operation"] == "write" and e["detail"].startswith("POST /v1/files ") for e in entries
+        )
+        # Entries are flushed in batches: wait for the upload's too.
+        if sum(entry["operation"] == "search" for entry in entries) >= 2 and uploaded:
             break
         assert time.monotonic() < deadline, entries
         time.sleep(0.2)
