@@ -1,24 +1,30 @@
-"""Hybrid rankings compared offline on scenario 9's store: the same chunks, vectors and queries,
-ranked by the lexical index before issue 33 (FTS5's bm25, bench/fts5.py) and after (Tantivy),
-each fused with the same vector candidates by the store's fusion (search/hybrid.py), file-level
-recall@1, recall@10 and MRR@10 as scenario 9 counts them. Queries are split into two halves
-(even and odd) so that a setting chosen on one is checked on the other.
+"""Hybrid rankings compared offline: the same chunks, vectors and queries ranked by the
+lexical index before issue 33 (FTS5's bm25, bench/fts5.py) and after (Tantivy), each fused
+with the same vector candidates, by min-max fusion (before) and by evidence (the store's
+search/hybrid.py now); file-level recall@1, recall@10 and MRR@10 as scenario 9 counts them.
+Queries are split into two halves (even and odd) so that a setting chosen on one is checked
+on the other.
 
-    RAGD_BENCH_KEEP_DATA=1 python -m bench --only quality --out DIR   # keeps DIR/<run>/quality
-    python -m bench.fusion DIR/<run> [DOCUMENTS]                      # prints the table
+    python -m bench.fusion [--docs 2000] [--cache bench/results/cache] [--work DIR]
 
-The query vectors are embedded in this process once (cached beside the run).
+Two sets, each built in this process into a real store (a temporary folder): scenario 9's
+docstrings (the summary line of each the query) and the Linux man pages (bench/mansets.py:
+the NAME line the query), chunked as bench/mansets.py does and embedded here with the
+stack's model (vectors cached in --work, so a second run embeds nothing).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import cast
 
 import numpy as np
 
+from bench import mansets
 from bench.fts5 import Fts5
 from bench.processes import MODEL_PATH
 from bench.pydocs import corpus, load
@@ -26,12 +32,15 @@ from bench.quality import K, Quality
 from services.common.vectors import FloatMatrix, to_bytes
 from services.embedder.model import EmbeddingModel
 from services.store import fulltext, vector_stores
-from services.store.db import atomic, open_database
+from services.store.db import atomic
+from services.store.records import ChunkInput
+from services.store.repository import Repository
 from services.store.search import hybrid, lexical, vector
 from services.store.search.hits import Candidate
 from services.store.vector_index import IndexSettings
 
 CANDIDATES = hybrid.candidate_count(K)
+DIMENSIONS = 384
 
 # One query's candidates: vector (chunk, score), lexical (chunk, bm25) with the query's bm25
 # ceiling, FTS5 (chunk, bm25 negated), each chunk's file number and exact cosine.
@@ -79,7 +88,7 @@ def variants() -> dict[str, Fuse]:
             lists[0], lists[1], doc_of
         ),
     }
-    for full, named in ((1.0, "ceiling"), (hybrid.FULL_MATCH, "words once")):
+    for full, named in ((1.0, "ceiling"), (1.0 / (1.0 + fulltext.K1), "words once")):
         for weight in (0.3, 0.4, 0.5, 0.6, 0.7):
             found[f"hybrid evidence, full = {named}, weight {weight}"] = _evidence(weight, full)
     return found
@@ -91,79 +100,116 @@ def _evidence(weight: float, full: float) -> Fuse:
         vectors = [Candidate(c, str(doc_of[c]), (1.0 + cos[c]) / 2.0)
                    for c in dict(near) | dict(words) if c in doc_of]  # fmt: skip
         texts = [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of]
-        ranked = hybrid.fuse(vectors, texts, ceiling, K, weight, full)
+        ranked = hybrid.fuse(vectors, texts, full * ceiling, K, weight)
         return [chunk for chunk, _ in ranked]
 
     return fuse
 
 
-def main(argv: Sequence[str]) -> int:
-    run_dir = Path(argv[0])
-    cache = run_dir.parent / "cache"
-    every, _ = load(cache)
-    # The run's --quick size is 150 documents, the default 2,000.
-    pairs = corpus(every, int(argv[1]) if len(argv) > 1 else 2000)
-    queries = [pair.query for pair in pairs]
-    vectors_file = run_dir / "fusion-queries.npy"
-    if vectors_file.exists():
-        query_vectors: FloatMatrix = np.load(vectors_file)
-    else:
-        model = EmbeddingModel(MODEL_PATH, threads=2)
-        query_vectors = model.embed(queries, truncate=True).vectors
-        model.close()
-        np.save(vectors_file, query_vectors)
-    conn = open_database(run_dir / "quality" / "ragd.db")
-    with atomic(conn, write=False):
-        (public_id,) = conn.execute("SELECT public_id FROM vector_stores").fetchone() or ("",)
-        key, vector_store = vector_stores.lookup(conn, str(public_id))
-        file_doc = {f"{pair.key}.txt": n for n, pair in enumerate(pairs)}
-        doc_of = {
-            cast(int, chunk): file_doc[cast(str, name)]
-            for chunk, name in conn.execute(
-                "SELECT c.id, f.filename FROM chunks AS c JOIN files AS f ON f.id = c.file_id"
-                " WHERE c.vector_store_id = ?",
-                (key,),
+def _embedded(model: EmbeddingModel, texts: Sequence[str], path: Path) -> FloatMatrix:
+    if path.exists():
+        cached: FloatMatrix = np.load(path)
+        if len(cached) == len(texts):
+            return cached
+    vectors: list[FloatMatrix] = []
+    for start in range(0, len(texts), 64):
+        vectors.append(model.embed(texts[start : start + 64], truncate=True).vectors)
+        print(f"  embedded {start + 64} of {len(texts)}", file=sys.stderr, end="\r")
+    matrix = np.concatenate(vectors)
+    np.save(path, matrix)
+    return matrix
+
+
+def compare(
+    name: str, docs: Sequence[str], queries: Sequence[str], work: Path, model: EmbeddingModel
+) -> None:
+    parts = [mansets.chunks(text) for text in docs]
+    texts = [part for chunked in parts for part in chunked]
+    chunk_vectors = _embedded(model, texts, work / f"{name}-chunks.npy")
+    query_vectors = _embedded(model, list(queries), work / f"{name}-queries.npy")
+    with tempfile.TemporaryDirectory(dir=work) as folder:
+        repo = Repository(Path(folder) / "ragd.db")
+        repo.migrate()
+        public_id = repo.create_vector_store(name, "all-MiniLM-L6-v2", DIMENSIONS).id
+        at = 0
+        for number, chunked in enumerate(parts):
+            repo.add_chunks(
+                public_id,
+                f"file-{number:06d}",
+                f"{number}.txt",
+                {},
+                [ChunkInput(part, 0) for part in chunked],
+                chunk_vectors[at : at + len(chunked)],
+                "all-MiniLM-L6-v2",
             )
-        }
-        matrix = {
-            cast(int, chunk): np.frombuffer(cast(bytes, blob), dtype=np.float32)
-            for chunk, blob in conn.execute(f"SELECT rowid, embedding FROM vec_{key:d}")
-        }
-        texts = conn.execute(
-            "SELECT id, text FROM chunks WHERE vector_store_id = ?", (key,)
-        ).fetchall()
-    fulltext.for_database(conn).catch_up(conn, key)
-    fts5 = Fts5(run_dir / "fusion-fts5.db")
-    fts5.add(cast(list[tuple[int, str]], texts))
-    fuses = variants()
-    ranked: dict[str, list[list[int]]] = {name: [] for name in fuses}
-    for query, query_vector in zip(queries, query_vectors, strict=True):
+            at += len(chunked)
+        conn = repo._conn()
         with atomic(conn, write=False):
-            near = vector.ranked(
-                conn, key, vector_store, query=to_bytes(query_vector), k=CANDIDATES, model="",
-                condition=None, index=IndexSettings(), exact=True,
-            )  # fmt: skip
-            words, ceiling = lexical.ranked(conn, key, text=query, k=CANDIDATES, condition=None)
-        before = [(chunk, -score) for chunk, score in fts5.ranked(query, CANDIDATES)]
-        lists: Lists = (near, words, ceiling, before)
-        cos = {
-            chunk: float(matrix[chunk] @ query_vector)
-            for chunk in {c for c, _ in [*near, *words, *before]}
-            if chunk in matrix
-        }
-        for name, fuse in fuses.items():
-            ranked[name].append(_documents(fuse(lists, doc_of, cos), doc_of))
-    fts5.close()
-    right = list(range(len(pairs)))
-    print(f"{len(pairs)} queries; MRR@10 all / even / odd, recall@1, recall@10")
-    for name, found in ranked.items():
+            key, vector_store = vector_stores.lookup(conn, public_id)
+            rows = conn.execute(
+                "SELECT id, file_id, text FROM chunks WHERE vector_store_id = ? ORDER BY id",
+                (key,),
+            ).fetchall()
+        doc_of = {cast(int, c): int(str(f).removeprefix("file-")) for c, f, _ in rows}
+        matrix = dict(zip((cast(int, c) for c, _, _ in rows), chunk_vectors, strict=True))
+        fulltext.for_database(conn).catch_up(conn, key)
+        fts5 = Fts5(Path(folder) / "fts5.db")
+        fts5.add((cast(int, c), cast(str, t)) for c, _, t in rows)
+        fuses = variants()
+        ranked: dict[str, list[list[int]]] = {variant: [] for variant in fuses}
+        for query, query_vector in zip(queries, query_vectors, strict=True):
+            with atomic(conn, write=False):
+                near = vector.ranked(
+                    conn, key, vector_store, query=to_bytes(query_vector), k=CANDIDATES,
+                    model="", condition=None, index=IndexSettings(), exact=True,
+                )  # fmt: skip
+                words, ceiling = lexical.ranked(conn, key, text=query, k=CANDIDATES, condition=None)
+            before = [(chunk, -score) for chunk, score in fts5.ranked(query, CANDIDATES)]
+            lists: Lists = (near, words, ceiling, before)
+            cos = {
+                chunk: float(matrix[chunk] @ query_vector)
+                for chunk in {c for c, _ in [*near, *words, *before]}
+                if chunk in matrix
+            }
+            for variant, fuse in fuses.items():
+                ranked[variant].append(_documents(fuse(lists, doc_of, cos), doc_of))
+        fts5.close()
+        repo.close()
+    right = list(range(len(docs)))
+    print(f"\n{name}: {len(docs)} documents, {len(texts)} chunks, {len(queries)} queries;")
+    print("| ranking | MRR@10 all / even / odd | recall@1 | recall@10 |")
+    print("| --- | --- | ---: | ---: |")
+    for variant, found in ranked.items():
         whole = Quality.of(found, right)
         even = Quality.of(found[::2], right[::2])
         odd = Quality.of(found[1::2], right[1::2])
         print(
-            f"| {name} | {whole.mrr_10:.3f} | {even.mrr_10:.3f} | {odd.mrr_10:.3f}"
+            f"| {variant} | {whole.mrr_10:.3f} / {even.mrr_10:.3f} / {odd.mrr_10:.3f}"
             f" | {whole.recall_1:.3f} | {whole.recall_10:.3f} |"
         )
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fusion")
+    parser.add_argument("--docs", type=int, default=2000)
+    parser.add_argument("--cache", type=Path, default=Path("bench/results/cache"))
+    parser.add_argument("--work", type=Path, default=Path("bench/results/fusion"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sets", default="docstrings,man-pages")
+    args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    model = EmbeddingModel(MODEL_PATH, threads=args.threads)
+    sets = args.sets.split(",")
+    if "docstrings" in sets:
+        every, _ = load(args.cache)
+        docstrings = corpus(every, args.docs)
+        texts, queries = [p.text for p in docstrings], [p.query for p in docstrings]
+        compare(f"docstrings-{args.docs}", texts, queries, args.work, model)
+    if "man-pages" in sets:
+        pages = mansets.pairs(args.docs)
+        texts, queries = [d for _, _, d in pages], [q for _, q, _ in pages]
+        compare(f"man-pages-{args.docs}", texts, queries, args.work, model)
+    model.close()
     return 0
 
 

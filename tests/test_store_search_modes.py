@@ -277,12 +277,13 @@ def keyword_corpus(repo: Repository) -> tuple[str, npt.NDArray[np.float32], str]
     rng = np.random.default_rng(5)
     vector_store = repo.create_vector_store("keywords", MODEL, DIMS)
     query = unit_vectors(rng, 1, DIMS)[0]
-    near = query + 0.05 * unit_vectors(rng, 6, DIMS)
+    near = query + 0.3 * unit_vectors(rng, 6, DIMS)
     near /= np.linalg.norm(near, axis=1, keepdims=True)
     target_vector = query + 0.6 * unit_vectors(rng, 1, DIMS)
     target_vector /= np.linalg.norm(target_vector, axis=1, keepdims=True)
-    decoys = [f"error E{5000 + i} in module grommet" for i in range(6)]
-    add_file(repo, vector_store.id, decoys, near, {"team": "storage"}, name="decoys.txt")
+    for i in range(6):
+        decoy = f"error E{5000 + i} in module grommet"
+        add_file(repo, vector_store.id, [decoy], near[i : i + 1], {"team": "storage"}, f"{i}.txt")
     target = "error E1234 in module frobnicator"
     add_file(repo, vector_store.id, [target], target_vector, {"team": "compute"}, name="t.txt")
     # Unrelated chunks: the vector candidates span near and far, as in any real store.
@@ -382,12 +383,12 @@ def test_fusion_weighs_both_lists_evidence() -> None:
     vector = [hit(1, "f1", 0.9), hit(5, "f5", 0.85), hit(2, "f2", 0.8), hit(3, "f3", 0.55)]
     vector.append(hit(4, "f4", 0.5))
     lexical = [hit(3, "f3", 10.0), hit(2, "f2", 8.0), hit(1, "f1", 2.0)]
-    fused = fuse(vector, lexical, 10.0, k=5, weight=0.5, full=1.0)
+    fused = fuse(vector, lexical, 10.0, k=5, weight=0.5)
     # Halves: 2 = .3 + .4, 3 = .05 + .5, 1 = .4 + .1, 5 = .35 + 0, 4 = 0.
     assert [key for key, _ in fused] == [2, 3, 1, 5, 4]
     assert [score for _, score in fused] == pytest.approx([0.7, 0.55, 0.5, 0.35, 0.0])
     # A score is the chunk's evidence, whatever the other candidates: 2 alone scores the same.
-    alone = fuse([hit(2, "f2", 0.8)], [hit(2, "f2", 8.0)], 10.0, k=1, weight=0.5, full=1.0)
+    alone = fuse([hit(2, "f2", 0.8)], [hit(2, "f2", 8.0)], 10.0, k=1, weight=0.5)
     assert [key for key, _ in alone] == [2] and alone[0][1] == pytest.approx(0.7)
 
 
