@@ -133,6 +133,7 @@ def test_file_batch_upload_and_poll(sdk: OpenAI) -> None:
         vector_store_id=store.id, files=files, poll_interval_ms=50
     )
     assert batch.status == "completed"
+    assert batch.object == "vector_store.files_batch"
     assert batch.file_counts.completed == 6
     listed = sdk.vector_stores.file_batches.list_files(batch_id=batch.id, vector_store_id=store.id)
     assert len(listed.data) == 6

@@ -383,7 +383,7 @@ SCHEMAS: dict[str, Schema] = {
     "FileBatch": obj(
         ["id", "object", "created_at", "vector_store_id", "status", "file_counts"],
         id=STRING,
-        object={"const": "vector_store.file_batch"},
+        object={"const": "vector_store.files_batch"},
         created_at=INT,
         vector_store_id=STRING,
         status={"enum": list(v.BATCH_STATUSES)},
