@@ -11,12 +11,13 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import openai
 import pytest
 from click.testing import CliRunner, Result
+from openai.types.responses import ResponseError
 
 from services.cli.main import cli
 from services.launcher import Stack
@@ -252,6 +253,24 @@ def test_a_streamed_response_sends_openai_events_in_order(
     assert sdk.responses.retrieve(final.id).output_text == deltas
 
 
+def test_responses_use_the_sdk_types_fields(sdk: openai.OpenAI) -> None:
+    """Issue 30.7: completed_at as OpenAI sets it, the usage counts ResponseUsage requires."""
+    for limit in (16, None):
+        answer = sdk.responses.create(
+            model="smollm2", input="Say only: OK.", temperature=0, max_output_tokens=limit
+        )
+        read = sdk.responses.retrieve(answer.id)
+        for shown in (answer, read):
+            assert shown.usage and shown.usage.input_tokens_details.cache_write_tokens == 0
+            if shown.status == "completed":
+                assert shown.completed_at and shown.completed_at >= shown.created_at
+            else:
+                assert shown.completed_at is None
+                assert shown.incomplete_details
+                assert shown.incomplete_details.reason == "max_output_tokens"
+        assert read.completed_at == answer.completed_at
+
+
 def test_previous_response_id_carries_the_history(sdk: openai.OpenAI) -> None:
     first = sdk.responses.create(
         model="smollm2", input="My favourite colour is teal. Remember it.", temperature=0
@@ -479,7 +498,15 @@ def test_an_upstream_that_is_down_gives_503_and_a_failed_response(
             assert [event["type"] for event in events][-2:] == ["error", "response.failed"]
             failed_id = events[0]["response"]["id"]
             failed = client.get(f"/v1/responses/{failed_id}").json()
-            assert failed["status"] == "failed" and failed["error"]["code"] == "service_unavailable"
+            assert failed["status"] == "failed"
+            # OpenAI's code, ours in the message (issue 30.7).
+            assert failed["error"]["code"] == "server_error"
+            assert failed["error"]["message"].startswith("service_unavailable: ")
+            assert events[-2]["code"] == "server_error"
+            read = retrying.responses.retrieve(failed_id)
+            assert read.error and read.error.code in get_args(
+                ResponseError.model_fields["code"].annotation
+            )
             assert failed["conversation"] == {"id": conversation}
             kept = client.get(f"/v1/responses/{failed_id}/input_items").json()["data"]
             assert [item["content"][0]["text"] for item in kept] == ["again"]
@@ -543,7 +570,11 @@ def test_a_client_that_leaves_mid_stream_keeps_an_incomplete_reply(http: httpx.C
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert stored.json()["status"] == "incomplete"
-    assert stored.json()["incomplete_details"] == {"reason": "client_disconnected"}
+    # OpenAI has no reason for it: null, ours in an extension field.
+    assert stored.json()["incomplete_details"] == {
+        "reason": None,
+        "ragd_reason": "client_disconnected",
+    }
     items = http.get(f"/v1/conversations/{conversation}/items", params={"order": "asc"}).json()
     assert [(item["role"], item["status"]) for item in items["data"]] == [
         ("user", "completed"),

@@ -114,12 +114,12 @@ ITEMS = [
 ]
 
 
-def response_record() -> store_pb2.ResponseRecord:
+def response_record(reason: str = "max_output_tokens") -> store_pb2.ResponseRecord:
     record = full(store_pb2.ResponseRecord())
     record.status = "incomplete"
     record.settings_json = json.dumps({"instructions": "i", "background": True})
     record.usage_json = json.dumps({"input_tokens": 1, "output_tokens": 1, "total_tokens": 2})
-    record.error_json = json.dumps({"reason": "max_output_tokens"})
+    record.error_json = json.dumps({"reason": reason})
     del record.outputs[:]
     record.outputs.extend(ITEMS)
     return record
@@ -176,7 +176,10 @@ def rendered() -> dict[str, list[Any]]:
         "HistorySearchPage": [
             objects_chat.history_page("q", [history_hit(i) for i in ITEMS], HYBRID, True)
         ],
-        "Response": [objects_chat.stored_response(response_record(), ["x"])],
+        "Response": [
+            objects_chat.stored_response(response_record(), ["x"]),
+            objects_chat.stored_response(response_record("client_disconnected"), ["x"]),
+        ],
         "ResponseDeleted": [objects_chat.deleted("x", "response.deleted")],
     }
 

@@ -244,9 +244,25 @@ CHAT_SCHEMAS: dict[str, Schema] = {
         output={"type": "array", "items": ref("Item")},
         previous_response_id=nullable(STRING),
         conversation=nullable(obj(["id"], id=STRING)),
+        completed_at=nullable(NUMBER),
         usage=nullable({"type": "object"}),
-        error=nullable({"type": "object"}),
-        incomplete_details=nullable({"type": "object"}),
+        error=nullable(
+            obj(
+                ["code", "message"],
+                code={"enum": ["server_error", "rate_limit_exceeded", "invalid_prompt"]},
+                message=STRING,
+            )
+        ),
+        incomplete_details=nullable(
+            obj(
+                ["reason"],
+                reason=nullable({"enum": ["max_output_tokens"]}),
+                ragd_reason={
+                    "description": "ragd extension: why, when OpenAI has no reason for it",
+                    "enum": ["client_disconnected"],
+                },
+            )
+        ),
         truncated_input_items={
             "description": "ragd extension: history items left out to fit the model's context",
             "type": "integer",

@@ -113,6 +113,7 @@ class Turn:
     # Every passage the model read in this turn, numbered for citations.
     passages: list[Passage] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    completed_at: float | None = None
 
     def __post_init__(self) -> None:
         self.messages = list(self.prompt.messages)
@@ -134,6 +135,7 @@ class Turn:
             usage=self.usage or None,
             error=self.error,
             incomplete=self.incomplete,
+            completed_at=self.completed_at,
         )
 
     async def events(self, stream: bool) -> AsyncGenerator[Event]:
@@ -161,9 +163,8 @@ class Turn:
             # A reply cut off by a failure is not kept: the input and the failure are.
             self.outputs.items = [item for item in self.outputs.items if item["type"] != "message"]
             await self._record()
-            yield self.outputs.event(
-                "error", code=self.error["code"], message=error.message, param=error.param
-            )
+            shown = objects_chat.response_error(error.code, error.message)
+            yield self.outputs.event("error", param=error.param, **shown)
             yield self.outputs.event("response.failed", response=self.response())
         finally:
             if self.stop == "deleted":
@@ -322,6 +323,7 @@ class Turn:
             self.usage[key] += added[key]
         for details, name in (
             ("input_tokens_details", "cached_tokens"),
+            ("input_tokens_details", "cache_write_tokens"),
             ("output_tokens_details", "reasoning_tokens"),
         ):
             self.usage[details][name] += added[details][name]
@@ -372,6 +374,7 @@ class Turn:
     async def _record(self) -> None:
         """The whole turn in one store transaction (retried for a while if the store is down:
         a kill of the store mid-stream must not lose the turn)."""
+        self.completed_at = self.completed_at or time.time()
         if self.recorded or not self.request.store:
             self.recorded = True
             return
@@ -382,7 +385,7 @@ class Turn:
         return store_pb2.RecordResponseRequest(
             id=self.id,
             created_at=self.created_at,
-            completed_at=time.time(),
+            completed_at=self.completed_at or time.time(),
             status=self.status,
             model=self.request.model,
             settings_json=settings(self.request, self.prompt.dropped_items).json_text(),
