@@ -269,6 +269,12 @@ def test_responses_use_the_sdk_types_fields(sdk: openai.OpenAI) -> None:
                 assert shown.incomplete_details
                 assert shown.incomplete_details.reason == "max_output_tokens"
         assert read.completed_at == answer.completed_at
+        # Issue 30.6: without a limit the reply may take what the context leaves (not
+        # RAGD_CHAT_MAX_OUTPUT_TOKENS, only a reserve), and the response says what applied.
+        applied = answer.max_output_tokens
+        assert applied == read.max_output_tokens
+        assert applied == limit if limit else applied and MAX_REPLY < applied < CHAT_CONTEXT
+        assert answer.usage and answer.usage.output_tokens <= (applied or 0)
 
 
 def test_previous_response_id_carries_the_history(sdk: openai.OpenAI) -> None:

@@ -114,9 +114,12 @@ class Turn:
     passages: list[Passage] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
     completed_at: float | None = None
+    # The first round's limit on the reply, echoed as max_output_tokens.
+    reply_tokens: int = 0
 
     def __post_init__(self) -> None:
         self.messages = list(self.prompt.messages)
+        self.reply_tokens = self._reply_limit()
         self.passages = list(self.prompt.passages)
         self.outputs = Outputs(self.request.include, FILE_SEARCH if self.hosted else "")
         if self.request.background:
@@ -128,7 +131,7 @@ class Turn:
             created_at=self.created_at,
             status=self.status,
             model=self.request.model,
-            settings=settings(self.request, self.prompt.dropped_items),
+            settings=settings(self.request, self.prompt.dropped_items, self.reply_tokens),
             previous_response_id=self.request.previous_response_id,
             conversation_id=self.request.conversation_id,
             outputs=self.outputs.items,
@@ -232,7 +235,7 @@ class Turn:
             "model": request.model,
             "temperature": request.temperature,
             "top_p": request.top_p,
-            "max_tokens": request.max_output_tokens or upstream.settings.max_output_tokens,
+            "max_tokens": self._reply_limit(),
         }
         body = upstream.body(self.messages, params)
         if offered:
@@ -363,6 +366,18 @@ class Turn:
             for event in self.outputs.search_done(item, results):
                 yield event
 
+    def _reply_limit(self) -> int:
+        """The request's max_output_tokens, or else what the upstream's context leaves after
+        the prompt (as an upstream does by itself), never less than the configured reserve
+        (RAGD_CHAT_MAX_OUTPUT_TOKENS, which the prompt was fitted to leave free)."""
+        if self.request.max_output_tokens:
+            return self.request.max_output_tokens
+        settings_ = self.upstream.settings
+        # The prompt's size is estimated: a tenth more keeps an upstream that refuses a
+        # prompt plus reply over its context (vLLM) from refusing this one.
+        prompt = int(context.estimate(self.messages) * 1.1)
+        return max(settings_.max_output_tokens, settings_.context_tokens - prompt)
+
     def _room(self) -> int:
         """Tokens the results of one more search may take of the prompt."""
         settings_ = self.upstream.settings
@@ -388,7 +403,9 @@ class Turn:
             completed_at=self.completed_at or time.time(),
             status=self.status,
             model=self.request.model,
-            settings_json=settings(self.request, self.prompt.dropped_items).json_text(),
+            settings_json=settings(
+                self.request, self.prompt.dropped_items, self.reply_tokens
+            ).json_text(),
             usage_json=json.dumps(self.usage),
             error_json=json.dumps(self.error or self.incomplete or {}),
             conversation_id=self.request.conversation_id,
