@@ -49,6 +49,7 @@ def chat_stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Itera
         RAGD_CHAT_MODEL="smollm2",
         RAGD_CHAT_CONTEXT_TOKENS=str(CHAT_CONTEXT),
         RAGD_CHAT_MAX_OUTPUT_TOKENS=str(MAX_REPLY),
+        RAGD_CHAT_DEFAULT_OUTPUT_TOKENS=str(MAX_REPLY),
         # ragd searches with the user's words here (an upstream that does not call tools);
         # tests/test_function_tools.py has the model drive file_search.
         RAGD_CHAT_TOOLS="off",
@@ -209,6 +210,38 @@ def test_a_response_with_file_search_cites_the_file(sdk: openai.OpenAI, vector_s
     assert [item.content[0].text for item in inputs.data] == [QUESTION]
 
 
+def test_each_file_search_tool_keeps_its_own_max_num_results(
+    sdk: openai.OpenAI, vector_store: str
+) -> None:
+    """Issue 30.9: max_num_results applies per tool, not the largest of all tools."""
+    other = sdk.vector_stores.create(name="more-facts")
+    for n in range(3):
+        sdk.vector_stores.files.upload_and_poll(
+            vector_store_id=other.id,
+            file=(f"reactor{n}.txt", f"Reactor note {n}: the Zorblatt reactor hums.".encode()),
+            poll_interval_ms=50,
+        )
+    answer = sdk.responses.create(
+        model="smollm2",
+        input=QUESTION,
+        max_output_tokens=16,
+        tools=[
+            {"type": "file_search", "vector_store_ids": [vector_store], "max_num_results": 1},
+            {
+                "type": "file_search",
+                "vector_store_ids": [other.id],
+                "max_num_results": 3,
+                "ranking_options": {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}},
+            },
+        ],
+        include=["file_search_call.results"],
+    )
+    call = next(item for item in answer.output if item.type == "file_search_call")
+    assert call.results is not None
+    files = [result.filename for result in call.results]
+    assert len(files) == 4 and files.count("zorblatt.txt") + files.count("granite.txt") == 1
+
+
 def test_a_streamed_response_sends_openai_events_in_order(
     sdk: openai.OpenAI, vector_store: str
 ) -> None:
@@ -269,12 +302,32 @@ def test_responses_use_the_sdk_types_fields(sdk: openai.OpenAI) -> None:
                 assert shown.incomplete_details
                 assert shown.incomplete_details.reason == "max_output_tokens"
         assert read.completed_at == answer.completed_at
-        # Issue 30.6: without a limit the reply may take what the context leaves (not
-        # RAGD_CHAT_MAX_OUTPUT_TOKENS, only a reserve), and the response says what applied.
+        assert answer.max_output_tokens == read.max_output_tokens == (limit or MAX_REPLY)
+
+
+def test_a_reply_without_a_limit_may_take_what_the_context_leaves(
+    upstream: str, tmp_path: Path
+) -> None:
+    """Issue 30.6: without max_output_tokens (and RAGD_CHAT_DEFAULT_OUTPUT_TOKENS) a reply is
+    not cut at RAGD_CHAT_MAX_OUTPUT_TOKENS, only a reserve, and the response says what
+    applied."""
+    unlimited: Any = started_stack(
+        tmp_path,
+        RAGD_CHAT_BASE_URL=upstream,
+        RAGD_CHAT_MODEL="smollm2",
+        RAGD_CHAT_CONTEXT_TOKENS=str(CHAT_CONTEXT),
+        RAGD_CHAT_MAX_OUTPUT_TOKENS=str(MAX_REPLY),
+    )
+    stack = next(unlimited)
+    try:
+        client = openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused")
+        answer = client.responses.create(model="smollm2", input="Say only: OK.", temperature=0)
         applied = answer.max_output_tokens
-        assert applied == read.max_output_tokens
-        assert applied == limit if limit else applied and MAX_REPLY < applied < CHAT_CONTEXT
-        assert answer.usage and answer.usage.output_tokens <= (applied or 0)
+        assert applied and MAX_REPLY < applied < CHAT_CONTEXT
+        assert client.responses.retrieve(answer.id).max_output_tokens == applied
+        assert answer.usage and answer.usage.output_tokens <= applied
+    finally:
+        unlimited.close()
 
 
 def test_previous_response_id_carries_the_history(sdk: openai.OpenAI) -> None:

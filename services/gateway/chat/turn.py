@@ -367,12 +367,12 @@ class Turn:
                 yield event
 
     def _reply_limit(self) -> int:
-        """The request's max_output_tokens, or else what the upstream's context leaves after
-        the prompt (as an upstream does by itself), never less than the configured reserve
-        (RAGD_CHAT_MAX_OUTPUT_TOKENS, which the prompt was fitted to leave free)."""
-        if self.request.max_output_tokens:
-            return self.request.max_output_tokens
+        """The request's max_output_tokens, or RAGD_CHAT_DEFAULT_OUTPUT_TOKENS, or else what
+        the upstream's context leaves after the prompt (as an upstream does by itself), never
+        less than the reserve (RAGD_CHAT_MAX_OUTPUT_TOKENS, which the prompt leaves free)."""
         settings_ = self.upstream.settings
+        if self.request.max_output_tokens or settings_.default_output_tokens:
+            return self.request.max_output_tokens or settings_.default_output_tokens
         # The prompt's size is estimated: a tenth more keeps an upstream that refuses a
         # prompt plus reply over its context (vLLM) from refusing this one.
         prompt = int(context.estimate(self.messages) * 1.1)
