@@ -151,3 +151,34 @@ def test_deleting_a_file_removes_it_from_stores(sdk: OpenAI) -> None:
     sdk.files.delete(vs_file.id)
     assert sdk.vector_stores.search(store.id, query="purple elephants").data == []
     assert sdk.vector_stores.retrieve(store.id).file_counts.total == 0
+
+
+def test_hybrid_search_weights_are_honoured(sdk: OpenAI) -> None:
+    """Issue 30.9: ranking_options.hybrid_search's weights share the fused score."""
+    store = sdk.vector_stores.create(name="sdk-weights")
+    for name, text in (
+        ("words.txt", "A unique passage about purple elephants."),
+        ("meaning.txt", "Grey mammals with long trunks roam the African savanna."),
+    ):
+        sdk.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=text_file(name, text), poll_interval_ms=50
+        )
+
+    def scores(embedding_weight: float, text_weight: float) -> dict[str, float]:
+        # The SDK's search params have no hybrid_search (its file_search tool has): extra_body.
+        ranking = {
+            "ranker": "default-2024-11-15",
+            "hybrid_search": {"embedding_weight": embedding_weight, "text_weight": text_weight},
+        }
+        page = sdk.vector_stores.search(
+            store.id, query="purple elephants", extra_body={"ranking_options": ranking}
+        )
+        return {hit.filename: hit.score for hit in page.data}
+
+    meaning_only, words_only, even = scores(1, 0), scores(0, 1), scores(1, 1)
+    # Without the vector ranking a passage sharing no word with the query has no evidence.
+    assert words_only.get("meaning.txt", 0.0) == 0.0 < words_only["words.txt"]
+    assert meaning_only["meaning.txt"] > 0.0
+    assert even != meaning_only and even != words_only
+    with pytest.raises(openai.BadRequestError):
+        scores(0, 0)

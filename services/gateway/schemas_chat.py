@@ -19,6 +19,7 @@ from services.gateway.schemas import (
     METADATA,
     NUMBER,
     QUERY,
+    RANKING_OPTIONS,
     STRING,
     Schema,
     list_of,
@@ -62,14 +63,7 @@ _FILE_SEARCH = obj(
     vector_store_ids={"type": "array", "minItems": 1, "maxItems": 2, "items": STRING},
     max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},
     filters=ref("Filter"),
-    ranking_options=obj(
-        ranker={"enum": list(v.RANKERS)},
-        score_threshold={"type": "number", "minimum": 0, "maximum": 1},
-        hybrid_search=obj(
-            embedding_weight={"type": "number", "minimum": 0},
-            text_weight={"type": "number", "minimum": 0},
-        ),
-    ),
+    ranking_options=RANKING_OPTIONS,
 )
 
 _FUNCTION = obj(

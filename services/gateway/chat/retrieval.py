@@ -53,20 +53,28 @@ async def file_search(
             DEFAULT_SEARCH_MODE,
             tool.score_threshold,
             tool.filter,
+            vector_weight=tool.vector_weight,
         )
         for tool in tools
         for vector_store_id in tool.vector_store_ids
     ]
+    owners = [n for n, tool in enumerate(tools) for _ in tool.vector_store_ids]
     # One embedding of the queries per model for every store (lexical where it is down).
     found = await search_many(embedders, store, asked, deadlines)
+    # Each tool keeps its own max_num_results best; the passages are all tools' together.
     best_of: dict[tuple[str, str], Any] = {}
-    for result in found:
-        for hit in result.hits:
-            key = (hit.file_id, hit.text)
+    for n, tool in enumerate(tools):
+        mine: dict[tuple[str, str], Any] = {}
+        for result in (result for owner, result in zip(owners, found, strict=True) if owner == n):
+            for hit in result.hits:
+                key = (hit.file_id, hit.text)
+                if key not in mine or hit.score > mine[key].score:
+                    mine[key] = hit
+        ranked = sorted(mine.items(), key=lambda pair: pair[1].score, reverse=True)
+        for key, hit in ranked[: tool.max_num_results]:
             if key not in best_of or hit.score > best_of[key].score:
                 best_of[key] = hit
-    limit = max(tool.max_num_results for tool in tools)
-    best = sorted(best_of.values(), key=lambda hit: hit.score, reverse=True)[:limit]
+    best = sorted(best_of.values(), key=lambda hit: hit.score, reverse=True)
     return [
         Passage(
             n,

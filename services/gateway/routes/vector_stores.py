@@ -17,7 +17,6 @@ from services.common.vocabulary import (
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
     MAX_SEARCH_RESULTS,
-    RANKERS,
     SEARCH_MODES,
 )
 from services.gateway import metrics, objects
@@ -33,10 +32,9 @@ from services.gateway.params import (
     json_body,
     metadata,
     optional_int,
-    optional_number,
-    optional_object,
     optional_str,
     paging,
+    ranking_options,
 )
 from services.gateway.routes import services
 from services.gateway.search import EMBEDDER_UNAVAILABLE, Deadlines, Search, search
@@ -186,20 +184,14 @@ def _search_request(vector_store_id: str, body: dict[str, Any]) -> Search:
             f"'mode' must be one of {', '.join(SEARCH_MODES)}, got {mode!r}", param="mode"
         )
     k = optional_int(body, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
-    ranking = optional_object(body, "ranking_options") or {}
-    threshold = optional_number(ranking, "score_threshold", 0.0, 0.0, 1.0)
-    ranker = optional_str(ranking, "ranker", "auto")
-    if ranker not in RANKERS:
-        raise invalid(
-            f"'ranking_options.ranker' must be one of {', '.join(RANKERS)}", param="ranking_options"
-        )
+    threshold, weight = ranking_options(body, "")
     if not isinstance(body.get("rewrite_query", False), bool):
         raise invalid("'rewrite_query' must be a boolean", param="rewrite_query")
     exact = body.get("exact", False)
     if not isinstance(exact, bool):
         raise invalid("'exact' must be a boolean", param="exact")
     filters = parse_filter(body["filters"]) if body.get("filters") is not None else None
-    return Search(vector_store_id, queries, k, mode, threshold, filters, exact)
+    return Search(vector_store_id, queries, k, mode, threshold, filters, exact, weight)
 
 
 @operation("Search a vector store", "SearchPage", "SearchRequest")
