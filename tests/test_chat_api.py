@@ -193,6 +193,7 @@ def test_a_response_with_file_search_cites_the_file(sdk: openai.OpenAI, vector_s
     assert call.type == "file_search_call"
     assert call.queries == [QUESTION]
     assert call.results and call.results[0].filename == "zorblatt.txt"
+    assert call.model_extra and call.model_extra["ragd_degraded"] is False
     assert answer.type == "message"
     text = answer.content[0]
     assert text.type == "output_text" and text.text
@@ -208,6 +209,29 @@ def test_a_response_with_file_search_cites_the_file(sdk: openai.OpenAI, vector_s
     assert shown.output[0].results
     inputs: Any = sdk.responses.input_items.list(response.id)
     assert [item.content[0].text for item in inputs.data] == [QUESTION]
+
+
+def test_a_lexical_file_search_in_a_turn_says_so(
+    chat_stack: Stack, sdk: openai.OpenAI, http: httpx.Client, vector_store: str
+) -> None:
+    """Issue 30.9: with the embedder down the turn's search is lexical, and its
+    file_search_call says so (extension ragd_degraded), in the reply and when read back."""
+    chat_stack.children["embedder"].kill()
+    try:
+        response = sdk.responses.create(
+            model="smollm2",
+            input=QUESTION,
+            tools=[file_search(vector_store)],  # type: ignore[list-item]
+            max_output_tokens=16,
+        )
+        call = response.output[0]
+        assert call.type == "file_search_call"
+        assert call.model_extra and call.model_extra["ragd_degraded"] is True
+        stored = sdk.responses.retrieve(response.id).output[0]
+        assert stored.model_extra and stored.model_extra["ragd_degraded"] is True
+    finally:
+        chat_stack.start_service("embedder")
+        wait_ready(http)
 
 
 def test_each_file_search_tool_keeps_its_own_max_num_results(

@@ -42,9 +42,9 @@ async def file_search(
     store: Store,
     deadlines: Deadlines,
     first: int = 1,
-) -> list[Passage]:
+) -> tuple[list[Passage], bool]:
     """The best passages for the queries over the tools' vector stores, numbered from
-    `first`."""
+    `first`, and whether any store was searched lexically only (the embedder was down)."""
     asked = [
         Search(
             vector_store_id,
@@ -75,7 +75,8 @@ async def file_search(
             if key not in best_of or hit.score > best_of[key].score:
                 best_of[key] = hit
     best = sorted(best_of.values(), key=lambda hit: hit.score, reverse=True)
-    return [
+    degraded = any(result.degraded for result in found)
+    passages = [
         Passage(
             n,
             hit.file_id,
@@ -86,3 +87,4 @@ async def file_search(
         )
         for n, hit in enumerate(best, start=first)
     ]
+    return passages, degraded

@@ -196,7 +196,7 @@ class Turn:
         body = self.searched.body
         item = self.outputs.search(body["queries"])
         yield from self.outputs.search_started(item)
-        yield from self.outputs.search_done(item, body["results"])
+        yield from self.outputs.search_done(item, body["results"], body["ragd_degraded"])
 
     async def _rounds(self, stream: bool) -> AsyncGenerator[Event]:
         tools = self.request.tools
@@ -351,7 +351,7 @@ class Turn:
             item = self.outputs.search(search_queries(call.arguments, fallback))
             for event in self.outputs.search_started(item):
                 yield event
-            found = await file_search(
+            found, degraded = await file_search(
                 self.request.tools.searches,
                 item["queries"],
                 self.embedders,
@@ -363,7 +363,7 @@ class Turn:
             self.messages.append(message)
             self.passages += read
             results = [passage.result() for passage in found]
-            for event in self.outputs.search_done(item, results):
+            for event in self.outputs.search_done(item, results, degraded):
                 yield event
 
     def _reply_limit(self) -> int:
@@ -449,10 +449,11 @@ async def prepare(
         )
     elif searches and request.tools.choice.mode != "none":
         queries = [user_query(request.inputs)]
-        passages = await file_search(searches, queries, embedders, store, deadlines)
+        passages, degraded = await file_search(searches, queries, embedders, store, deadlines)
+        results = [passage.result() for passage in passages]
         searched = ChatItem(
             "file_search_call",
-            body={"queries": queries, "results": [passage.result() for passage in passages]},
+            body={"queries": queries, "results": results, "ragd_degraded": degraded},
         )
     settings_ = upstream.settings
     reply_tokens = request.max_output_tokens or settings_.max_output_tokens
