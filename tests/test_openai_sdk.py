@@ -182,3 +182,33 @@ def test_hybrid_search_weights_are_honoured(sdk: OpenAI) -> None:
     assert even != meaning_only and even != words_only
     with pytest.raises(openai.BadRequestError):
         scores(0, 0)
+
+
+def test_extensions_also_answer_to_namespaced_names(sdk: OpenAI) -> None:
+    """Issue 30.10: ragd_<name> for an extension OpenAI may one day define; the plain name
+    keeps working, and both at once must agree."""
+    store = sdk.vector_stores.create(
+        name="sdk-aliases", extra_body={"ragd_embedding_model": "all-MiniLM-L6-v2"}
+    )
+    sdk.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id,
+        file=text_file("owls.txt", "Snowy owls hunt lemmings on the tundra."),
+        poll_interval_ms=50,
+    )
+    spaced = sdk.vector_stores.search(
+        store.id, query="owls", extra_body={"ragd_mode": "lexical", "ragd_exact": True}
+    )
+    plain = sdk.vector_stores.search(store.id, query="owls", extra_body={"mode": "lexical"})
+    assert spaced.model_extra and spaced.model_extra["mode"] == "lexical"
+    assert [hit.score for hit in spaced.data] == [hit.score for hit in plain.data]
+    with pytest.raises(openai.BadRequestError) as both:
+        sdk.vector_stores.search(
+            store.id, query="owls", extra_body={"mode": "lexical", "ragd_mode": "vector"}
+        )
+    assert both.value.param == "ragd_mode"
+    conversation = sdk.conversations.create(extra_body={"ragd_title": "Owls"})
+    assert conversation.model_extra and conversation.model_extra["title"] == "Owls"
+    embedded = sdk.embeddings.create(
+        model="all-MiniLM-L6-v2", input="owl " * 400, extra_body={"ragd_truncate": True}
+    )
+    assert len(embedded.data[0].embedding) == 384

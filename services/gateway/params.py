@@ -253,3 +253,23 @@ def ranking_options(body: dict[str, Any], where: str) -> tuple[float, float | No
             param="ranking_options",
         )
     return threshold, vector / (vector + text)
+
+
+# Extension request fields whose plain names OpenAI might one day use: each also reads as
+# "ragd_" + its name (README: "ragd's extensions"), the plain name kept working.
+NAMESPACE = "ragd_"
+
+
+def extensions(body: dict[str, Any], *names: str) -> dict[str, Any]:
+    """The body with each extension sent as ragd_<name> read as <name>; both at once with
+    different values is a 400."""
+    plain = dict(body)
+    for name in names:
+        spaced = NAMESPACE + name
+        if spaced not in plain:
+            continue
+        value = plain.pop(spaced)
+        if name in plain and plain[name] != value:
+            raise invalid(f"'{spaced}' and '{name}' are the same setting: send one", param=spaced)
+        plain[name] = value
+    return plain

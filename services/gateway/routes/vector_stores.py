@@ -29,6 +29,7 @@ from services.gateway.ingest import resolve_chunking
 from services.gateway.models import new_store_model, store_model
 from services.gateway.operations import operation, paging_params
 from services.gateway.params import (
+    extensions,
     json_body,
     metadata,
     optional_int,
@@ -66,7 +67,7 @@ def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
 )
 async def create_vector_store(request: Request) -> JSONResponse:
     deps = services(request)
-    body = await json_body(request)
+    body = extensions(await json_body(request), "embedding_model")
     name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
     meta = metadata(body)
     expires = _expires_after(body)
@@ -198,7 +199,8 @@ def _search_request(vector_store_id: str, body: dict[str, Any]) -> Search:
 async def search_vector_store(request: Request) -> JSONResponse:
     started = time.perf_counter()
     deps = services(request)
-    asked = _search_request(request.path_params["vector_store_id"], await json_body(request))
+    body = extensions(await json_body(request), "mode", "exact")
+    asked = _search_request(request.path_params["vector_store_id"], body)
     config = deps.config
     deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
     found = await search(deps.embedders, deps.store, asked, deadlines)
