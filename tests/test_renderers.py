@@ -198,3 +198,22 @@ def test_every_schema_property_is_rendered() -> None:
         gap for name, examples in rendered().items() for gap in missing(ALL[name], examples, name)
     ]
     assert gaps == []
+
+
+def test_a_response_without_counted_tokens_has_no_usage() -> None:
+    """Issue 30.7: usage null, not zeros, when the upstream reported none; a record written
+    before cache_write_tokens existed still has every count ResponseUsage requires."""
+    record = response_record()
+    record.usage_json = json.dumps({"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+    assert objects_chat.stored_response(record, [])["usage"] is None
+    record.usage_json = json.dumps(
+        {
+            "input_tokens": 3,
+            "input_tokens_details": {"cached_tokens": 1},
+            "output_tokens": 2,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 5,
+        }
+    )
+    usage = objects_chat.stored_response(record, [])["usage"]
+    assert usage["input_tokens_details"] == {"cached_tokens": 1, "cache_write_tokens": 0}
