@@ -49,6 +49,9 @@ def chat_stack(tmp: Path, upstream: str, max_reply: int, **env: str) -> Iterator
         "RAGD_CHAT_MODEL": "smollm2",
         "RAGD_CHAT_CONTEXT_TOKENS": str(CHAT_CONTEXT),
         "RAGD_CHAT_MAX_OUTPUT_TOKENS": str(max_reply),
+        # Short replies keep these tests quick on a small CPU (tests/test_chat_api.py runs
+        # without it: a reply may take what the context leaves).
+        "RAGD_CHAT_DEFAULT_OUTPUT_TOKENS": str(max_reply),
         **env,
     }
     yield from started_stack(tmp, 1, **settings)

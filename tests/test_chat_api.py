@@ -11,12 +11,13 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import openai
 import pytest
 from click.testing import CliRunner, Result
+from openai.types.responses import ResponseError
 
 from services.cli.main import cli
 from services.launcher import Stack
@@ -48,6 +49,7 @@ def chat_stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Itera
         RAGD_CHAT_MODEL="smollm2",
         RAGD_CHAT_CONTEXT_TOKENS=str(CHAT_CONTEXT),
         RAGD_CHAT_MAX_OUTPUT_TOKENS=str(MAX_REPLY),
+        RAGD_CHAT_DEFAULT_OUTPUT_TOKENS=str(MAX_REPLY),
         # ragd searches with the user's words here (an upstream that does not call tools);
         # tests/test_function_tools.py has the model drive file_search.
         RAGD_CHAT_TOOLS="off",
@@ -191,6 +193,7 @@ def test_a_response_with_file_search_cites_the_file(sdk: openai.OpenAI, vector_s
     assert call.type == "file_search_call"
     assert call.queries == [QUESTION]
     assert call.results and call.results[0].filename == "zorblatt.txt"
+    assert call.model_extra and call.model_extra["ragd_degraded"] is False
     assert answer.type == "message"
     text = answer.content[0]
     assert text.type == "output_text" and text.text
@@ -206,6 +209,61 @@ def test_a_response_with_file_search_cites_the_file(sdk: openai.OpenAI, vector_s
     assert shown.output[0].results
     inputs: Any = sdk.responses.input_items.list(response.id)
     assert [item.content[0].text for item in inputs.data] == [QUESTION]
+
+
+def test_a_lexical_file_search_in_a_turn_says_so(
+    chat_stack: Stack, sdk: openai.OpenAI, http: httpx.Client, vector_store: str
+) -> None:
+    """Issue 30.9: with the embedder down the turn's search is lexical, and its
+    file_search_call says so (extension ragd_degraded), in the reply and when read back."""
+    chat_stack.children["embedder"].kill()
+    try:
+        response = sdk.responses.create(
+            model="smollm2",
+            input=QUESTION,
+            tools=[file_search(vector_store)],  # type: ignore[list-item]
+            max_output_tokens=16,
+        )
+        call = response.output[0]
+        assert call.type == "file_search_call"
+        assert call.model_extra and call.model_extra["ragd_degraded"] is True
+        stored = sdk.responses.retrieve(response.id).output[0]
+        assert stored.model_extra and stored.model_extra["ragd_degraded"] is True
+    finally:
+        chat_stack.start_service("embedder")
+        wait_ready(http)
+
+
+def test_each_file_search_tool_keeps_its_own_max_num_results(
+    sdk: openai.OpenAI, vector_store: str
+) -> None:
+    """Issue 30.9: max_num_results applies per tool, not the largest of all tools."""
+    other = sdk.vector_stores.create(name="more-facts")
+    for n in range(3):
+        sdk.vector_stores.files.upload_and_poll(
+            vector_store_id=other.id,
+            file=(f"reactor{n}.txt", f"Reactor note {n}: the Zorblatt reactor hums.".encode()),
+            poll_interval_ms=50,
+        )
+    answer = sdk.responses.create(
+        model="smollm2",
+        input=QUESTION,
+        max_output_tokens=16,
+        tools=[
+            {"type": "file_search", "vector_store_ids": [vector_store], "max_num_results": 1},
+            {
+                "type": "file_search",
+                "vector_store_ids": [other.id],
+                "max_num_results": 3,
+                "ranking_options": {"hybrid_search": {"embedding_weight": 1, "text_weight": 0}},
+            },
+        ],
+        include=["file_search_call.results"],
+    )
+    call = next(item for item in answer.output if item.type == "file_search_call")
+    assert call.results is not None
+    files = [result.filename for result in call.results]
+    assert len(files) == 4 and files.count("zorblatt.txt") + files.count("granite.txt") == 1
 
 
 def test_a_streamed_response_sends_openai_events_in_order(
@@ -250,6 +308,50 @@ def test_a_streamed_response_sends_openai_events_in_order(
     final = events[-1].response
     assert final.output_text == deltas
     assert sdk.responses.retrieve(final.id).output_text == deltas
+
+
+def test_responses_use_the_sdk_types_fields(sdk: openai.OpenAI) -> None:
+    """Issue 30.7: completed_at as OpenAI sets it, the usage counts ResponseUsage requires."""
+    for limit in (16, None):
+        answer = sdk.responses.create(
+            model="smollm2", input="Say only: OK.", temperature=0, max_output_tokens=limit
+        )
+        read = sdk.responses.retrieve(answer.id)
+        for shown in (answer, read):
+            assert shown.usage and shown.usage.input_tokens_details.cache_write_tokens == 0
+            if shown.status == "completed":
+                assert shown.completed_at and shown.completed_at >= shown.created_at
+            else:
+                assert shown.completed_at is None
+                assert shown.incomplete_details
+                assert shown.incomplete_details.reason == "max_output_tokens"
+        assert read.completed_at == answer.completed_at
+        assert answer.max_output_tokens == read.max_output_tokens == (limit or MAX_REPLY)
+
+
+def test_a_reply_without_a_limit_may_take_what_the_context_leaves(
+    upstream: str, tmp_path: Path
+) -> None:
+    """Issue 30.6: without max_output_tokens (and RAGD_CHAT_DEFAULT_OUTPUT_TOKENS) a reply is
+    not cut at RAGD_CHAT_MAX_OUTPUT_TOKENS, only a reserve, and the response says what
+    applied."""
+    unlimited: Any = started_stack(
+        tmp_path,
+        RAGD_CHAT_BASE_URL=upstream,
+        RAGD_CHAT_MODEL="smollm2",
+        RAGD_CHAT_CONTEXT_TOKENS=str(CHAT_CONTEXT),
+        RAGD_CHAT_MAX_OUTPUT_TOKENS=str(MAX_REPLY),
+    )
+    stack = next(unlimited)
+    try:
+        client = openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused")
+        answer = client.responses.create(model="smollm2", input="Say only: OK.", temperature=0)
+        applied = answer.max_output_tokens
+        assert applied and MAX_REPLY < applied < CHAT_CONTEXT
+        assert client.responses.retrieve(answer.id).max_output_tokens == applied
+        assert answer.usage and answer.usage.output_tokens <= applied
+    finally:
+        unlimited.close()
 
 
 def test_previous_response_id_carries_the_history(sdk: openai.OpenAI) -> None:
@@ -479,7 +581,15 @@ def test_an_upstream_that_is_down_gives_503_and_a_failed_response(
             assert [event["type"] for event in events][-2:] == ["error", "response.failed"]
             failed_id = events[0]["response"]["id"]
             failed = client.get(f"/v1/responses/{failed_id}").json()
-            assert failed["status"] == "failed" and failed["error"]["code"] == "service_unavailable"
+            assert failed["status"] == "failed"
+            # OpenAI's code, ours in the message (issue 30.7).
+            assert failed["error"]["code"] == "server_error"
+            assert failed["error"]["message"].startswith("service_unavailable: ")
+            assert events[-2]["code"] == "server_error"
+            read = retrying.responses.retrieve(failed_id)
+            assert read.error and read.error.code in get_args(
+                ResponseError.model_fields["code"].annotation
+            )
             assert failed["conversation"] == {"id": conversation}
             kept = client.get(f"/v1/responses/{failed_id}/input_items").json()["data"]
             assert [item["content"][0]["text"] for item in kept] == ["again"]
@@ -543,7 +653,11 @@ def test_a_client_that_leaves_mid_stream_keeps_an_incomplete_reply(http: httpx.C
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert stored.json()["status"] == "incomplete"
-    assert stored.json()["incomplete_details"] == {"reason": "client_disconnected"}
+    # OpenAI has no reason for it: null, ours in an extension field.
+    assert stored.json()["incomplete_details"] == {
+        "reason": None,
+        "ragd_reason": "client_disconnected",
+    }
     items = http.get(f"/v1/conversations/{conversation}/items", params={"order": "asc"}).json()
     assert [(item["role"], item["status"]) for item in items["data"]] == [
         ("user", "completed"),

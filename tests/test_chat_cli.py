@@ -52,6 +52,7 @@ def chat_stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Itera
         RAGD_CHAT_MODEL="smollm2",
         RAGD_CHAT_CONTEXT_TOKENS=str(CHAT_CONTEXT),
         RAGD_CHAT_MAX_OUTPUT_TOKENS="16",
+        RAGD_CHAT_DEFAULT_OUTPUT_TOKENS="16",
         RAGD_API_KEYS=BOOTSTRAP,
     )
 

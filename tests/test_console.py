@@ -99,6 +99,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Iterator[S
         RAGD_CHAT_MODEL="smollm2",
         RAGD_CHAT_CONTEXT_TOKENS=str(CHAT_CONTEXT),
         RAGD_CHAT_MAX_OUTPUT_TOKENS="32",
+        RAGD_CHAT_DEFAULT_OUTPUT_TOKENS="32",
     )
 
 

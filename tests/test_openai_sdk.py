@@ -133,6 +133,7 @@ def test_file_batch_upload_and_poll(sdk: OpenAI) -> None:
         vector_store_id=store.id, files=files, poll_interval_ms=50
     )
     assert batch.status == "completed"
+    assert batch.object == "vector_store.files_batch"
     assert batch.file_counts.completed == 6
     listed = sdk.vector_stores.file_batches.list_files(batch_id=batch.id, vector_store_id=store.id)
     assert len(listed.data) == 6
@@ -193,3 +194,64 @@ def test_identical_content_under_two_file_ids_is_two_files(sdk: OpenAI) -> None:
         3,
         3,
     )
+
+
+def test_hybrid_search_weights_are_honoured(sdk: OpenAI) -> None:
+    """Issue 30.9: ranking_options.hybrid_search's weights share the fused score."""
+    store = sdk.vector_stores.create(name="sdk-weights")
+    for name, text in (
+        ("words.txt", "A unique passage about purple elephants."),
+        ("meaning.txt", "Grey mammals with long trunks roam the African savanna."),
+    ):
+        sdk.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id, file=text_file(name, text), poll_interval_ms=50
+        )
+
+    def scores(embedding_weight: float, text_weight: float) -> dict[str, float]:
+        # The SDK's search params have no hybrid_search (its file_search tool has): extra_body.
+        ranking = {
+            "ranker": "default-2024-11-15",
+            "hybrid_search": {"embedding_weight": embedding_weight, "text_weight": text_weight},
+        }
+        page = sdk.vector_stores.search(
+            store.id, query="purple elephants", extra_body={"ranking_options": ranking}
+        )
+        return {hit.filename: hit.score for hit in page.data}
+
+    meaning_only, words_only, even = scores(1, 0), scores(0, 1), scores(1, 1)
+    # Without the vector ranking a passage sharing no word with the query has no evidence.
+    assert words_only.get("meaning.txt", 0.0) == 0.0 < words_only["words.txt"]
+    assert meaning_only["meaning.txt"] > 0.0
+    assert even != meaning_only and even != words_only
+    with pytest.raises(openai.BadRequestError):
+        scores(0, 0)
+
+
+def test_extensions_also_answer_to_namespaced_names(sdk: OpenAI) -> None:
+    """Issue 30.10: ragd_<name> for an extension OpenAI may one day define; the plain name
+    keeps working, and both at once must agree."""
+    store = sdk.vector_stores.create(
+        name="sdk-aliases", extra_body={"ragd_embedding_model": "all-MiniLM-L6-v2"}
+    )
+    sdk.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id,
+        file=text_file("owls.txt", "Snowy owls hunt lemmings on the tundra."),
+        poll_interval_ms=50,
+    )
+    spaced = sdk.vector_stores.search(
+        store.id, query="owls", extra_body={"ragd_mode": "lexical", "ragd_exact": True}
+    )
+    plain = sdk.vector_stores.search(store.id, query="owls", extra_body={"mode": "lexical"})
+    assert spaced.model_extra and spaced.model_extra["mode"] == "lexical"
+    assert [hit.score for hit in spaced.data] == [hit.score for hit in plain.data]
+    with pytest.raises(openai.BadRequestError) as both:
+        sdk.vector_stores.search(
+            store.id, query="owls", extra_body={"mode": "lexical", "ragd_mode": "vector"}
+        )
+    assert both.value.param == "ragd_mode"
+    conversation = sdk.conversations.create(extra_body={"ragd_title": "Owls"})
+    assert conversation.model_extra and conversation.model_extra["title"] == "Owls"
+    embedded = sdk.embeddings.create(
+        model="all-MiniLM-L6-v2", input="owl " * 400, extra_body={"ragd_truncate": True}
+    )
+    assert len(embedded.data[0].embedding) == 384

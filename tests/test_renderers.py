@@ -114,12 +114,12 @@ ITEMS = [
 ]
 
 
-def response_record() -> store_pb2.ResponseRecord:
+def response_record(reason: str = "max_output_tokens") -> store_pb2.ResponseRecord:
     record = full(store_pb2.ResponseRecord())
     record.status = "incomplete"
     record.settings_json = json.dumps({"instructions": "i", "background": True})
     record.usage_json = json.dumps({"input_tokens": 1, "output_tokens": 1, "total_tokens": 2})
-    record.error_json = json.dumps({"reason": "max_output_tokens"})
+    record.error_json = json.dumps({"reason": reason})
     del record.outputs[:]
     record.outputs.extend(ITEMS)
     return record
@@ -176,7 +176,10 @@ def rendered() -> dict[str, list[Any]]:
         "HistorySearchPage": [
             objects_chat.history_page("q", [history_hit(i) for i in ITEMS], HYBRID, True)
         ],
-        "Response": [objects_chat.stored_response(response_record(), ["x"])],
+        "Response": [
+            objects_chat.stored_response(response_record(), ["x"]),
+            objects_chat.stored_response(response_record("client_disconnected"), ["x"]),
+        ],
         "ResponseDeleted": [objects_chat.deleted("x", "response.deleted")],
     }
 
@@ -195,3 +198,22 @@ def test_every_schema_property_is_rendered() -> None:
         gap for name, examples in rendered().items() for gap in missing(ALL[name], examples, name)
     ]
     assert gaps == []
+
+
+def test_a_response_without_counted_tokens_has_no_usage() -> None:
+    """Issue 30.7: usage null, not zeros, when the upstream reported none; a record written
+    before cache_write_tokens existed still has every count ResponseUsage requires."""
+    record = response_record()
+    record.usage_json = json.dumps({"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+    assert objects_chat.stored_response(record, [])["usage"] is None
+    record.usage_json = json.dumps(
+        {
+            "input_tokens": 3,
+            "input_tokens_details": {"cached_tokens": 1},
+            "output_tokens": 2,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 5,
+        }
+    )
+    usage = objects_chat.stored_response(record, [])["usage"]
+    assert usage["input_tokens_details"] == {"cached_tokens": 1, "cache_write_tokens": 0}

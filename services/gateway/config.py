@@ -154,6 +154,9 @@ def _chat(env: Env) -> ChatSettings | None:
         timeout=env.float("CHAT_TIMEOUT", defaults.timeout),
         context_tokens=env.int("CHAT_CONTEXT_TOKENS", defaults.context_tokens, minimum=256),
         max_output_tokens=env.int("CHAT_MAX_OUTPUT_TOKENS", defaults.max_output_tokens, minimum=1),
+        default_output_tokens=env.int(
+            "CHAT_DEFAULT_OUTPUT_TOKENS", defaults.default_output_tokens, minimum=0
+        ),
         tools=env.bool("CHAT_TOOLS", defaults.tools),
         aliases=_aliases(env, "CHAT_MODEL_ALIASES"),
         background_lease_seconds=env.float(

@@ -135,7 +135,7 @@ def vector_store_file(item: store_pb2.VectorStoreFile) -> dict[str, Any]:
 def file_batch(batch: store_pb2.FileBatch) -> dict[str, Any]:
     return {
         "id": batch.id,
-        "object": "vector_store.file_batch",
+        "object": "vector_store.files_batch",
         "created_at": batch.created_at,
         "vector_store_id": batch.vector_store_id,
         "status": batch.status,

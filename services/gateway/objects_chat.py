@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.vocabulary import FAILED, INCOMPLETE
+from services.common.vocabulary import COMPLETED, FAILED, INCOMPLETE
 from services.gateway.chat.outputs import RESULTS
 from services.gateway.chat.settings import ResponseSettings
 from services.pb import store_pb2
@@ -71,6 +71,55 @@ def history_page(
     }
 
 
+# OpenAI's codes for a failed response (openai/types/responses/response_error.py); a failure
+# of ours with no counterpart is a server_error, its own code kept in the message.
+_ERROR_CODES = {
+    "rate_limit_exceeded": "rate_limit_exceeded",
+    "storage_full": "server_error",
+    "context_length_exceeded": "invalid_prompt",
+    "invalid_value": "invalid_prompt",
+}
+# OpenAI's reasons for an incomplete response (Response.IncompleteDetails).
+_INCOMPLETE_REASONS = ("max_output_tokens", "max_messages", "content_filter", "steered")
+
+
+def response_error(code: str | None, message: str) -> dict[str, Any]:
+    """A failure as OpenAI's ResponseError: one of its codes, ours in the message."""
+    ours = code or "server_error"
+    theirs = _ERROR_CODES.get(ours, "server_error")
+    return {"code": theirs, "message": message if ours == theirs else f"{ours}: {message}"}
+
+
+def _error(problem: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The store keeps our code; OpenAI's is derived when rendered."""
+    if not problem:
+        return None
+    return response_error(problem.get("code"), str(problem.get("message", "")))
+
+
+def _usage(counts: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Null when the upstream reported no tokens (not zeros); every count the SDK's
+    ResponseUsage requires, for records written before it had them."""
+    if not counts or not counts.get("total_tokens"):
+        return None
+    read = {"cached_tokens": 0, "cache_write_tokens": 0}
+    read.update(counts.get("input_tokens_details") or {})
+    written = {"reasoning_tokens": 0}
+    written.update(counts.get("output_tokens_details") or {})
+    return {**counts, "input_tokens_details": read, "output_tokens_details": written}
+
+
+def _incomplete(details: dict[str, Any] | None) -> dict[str, Any] | None:
+    """OpenAI's reason, or null with ours in the extension `ragd_reason` (a client that went
+    away has no OpenAI counterpart)."""
+    if not details:
+        return None
+    reason = details.get("reason")
+    if reason in _INCOMPLETE_REASONS:
+        return {"reason": reason}
+    return {"reason": None, "ragd_reason": reason}
+
+
 def response(
     *,
     id: str,
@@ -91,7 +140,8 @@ def response(
         "id": id,
         "object": "response",
         "created_at": created_at,
-        "completed_at": completed_at,
+        # As OpenAI: only on a completed response.
+        "completed_at": completed_at if status == COMPLETED else None,
         "status": status,
         "background": settings.background,
         "model": model,
@@ -115,9 +165,9 @@ def response(
         "safety_identifier": settings.safety_identifier,
         "prompt_cache_key": settings.prompt_cache_key,
         "store": settings.store,
-        "usage": usage,
-        "error": error,
-        "incomplete_details": incomplete,
+        "usage": _usage(usage),
+        "error": _error(error),
+        "incomplete_details": _incomplete(incomplete),
         # Extension: history items left out to fit the model's context (truncation "auto").
         "truncated_input_items": settings.truncated_input_items,
     }

@@ -90,6 +90,18 @@ _STATIC_CHUNKING = obj(
     chunk_overlap_tokens={"type": "integer", "minimum": 0},
 )
 QUERY = {"type": "string", "pattern": r"\S", "maxLength": v.MAX_QUERY_CHARS}
+# OpenAI's ranking_options, of a search and of a file_search tool.
+RANKING_OPTIONS = obj(
+    ranker={"enum": list(v.RANKERS)},
+    score_threshold={"type": "number", "minimum": 0, "maximum": 1},
+    hybrid_search={
+        **obj(
+            embedding_weight={"type": "number", "minimum": 0},
+            text_weight={"type": "number", "minimum": 0},
+        ),
+        "description": "each ranking's share of a hybrid score is its weight over their sum",
+    },
+)
 TEXT_PART = obj(["type", "text"], type={"const": "text"}, text=STRING)
 
 SCHEMAS: dict[str, Schema] = {
@@ -383,7 +395,7 @@ SCHEMAS: dict[str, Schema] = {
     "FileBatch": obj(
         ["id", "object", "created_at", "vector_store_id", "status", "file_counts"],
         id=STRING,
-        object={"const": "vector_store.file_batch"},
+        object={"const": "vector_store.files_batch"},
         created_at=INT,
         vector_store_id=STRING,
         status={"enum": list(v.BATCH_STATUSES)},
@@ -421,10 +433,7 @@ SCHEMAS: dict[str, Schema] = {
         },
         max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},
         filters=ref("Filter"),
-        ranking_options=obj(
-            ranker={"enum": list(v.RANKERS)},
-            score_threshold={"type": "number", "minimum": 0, "maximum": 1},
-        ),
+        ranking_options=RANKING_OPTIONS,
         rewrite_query=BOOL,
         mode={
             "description": "ragd extension: vector (embedding KNN), lexical (bm25 over the "

@@ -19,6 +19,7 @@ from services.gateway.schemas import (
     METADATA,
     NUMBER,
     QUERY,
+    RANKING_OPTIONS,
     STRING,
     Schema,
     list_of,
@@ -62,14 +63,7 @@ _FILE_SEARCH = obj(
     vector_store_ids={"type": "array", "minItems": 1, "maxItems": 2, "items": STRING},
     max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},
     filters=ref("Filter"),
-    ranking_options=obj(
-        ranker={"enum": list(v.RANKERS)},
-        score_threshold={"type": "number", "minimum": 0, "maximum": 1},
-        hybrid_search=obj(
-            embedding_weight={"type": "number", "minimum": 0},
-            text_weight={"type": "number", "minimum": 0},
-        ),
-    ),
+    ranking_options=RANKING_OPTIONS,
 )
 
 _FUNCTION = obj(
@@ -244,9 +238,25 @@ CHAT_SCHEMAS: dict[str, Schema] = {
         output={"type": "array", "items": ref("Item")},
         previous_response_id=nullable(STRING),
         conversation=nullable(obj(["id"], id=STRING)),
+        completed_at=nullable(NUMBER),
         usage=nullable({"type": "object"}),
-        error=nullable({"type": "object"}),
-        incomplete_details=nullable({"type": "object"}),
+        error=nullable(
+            obj(
+                ["code", "message"],
+                code={"enum": ["server_error", "rate_limit_exceeded", "invalid_prompt"]},
+                message=STRING,
+            )
+        ),
+        incomplete_details=nullable(
+            obj(
+                ["reason"],
+                reason=nullable({"enum": ["max_output_tokens"]}),
+                ragd_reason={
+                    "description": "ragd extension: why, when OpenAI has no reason for it",
+                    "enum": ["client_disconnected"],
+                },
+            )
+        ),
         truncated_input_items={
             "description": "ragd extension: history items left out to fit the model's context",
             "type": "integer",

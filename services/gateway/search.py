@@ -36,6 +36,9 @@ class Search:
     score_threshold: float = 0.0
     filter: store_pb2.Filter | None = None
     exact: bool = False
+    # A hybrid search's share of the vector ranking (OpenAI's hybrid_search weights); None:
+    # the store's default.
+    vector_weight: float | None = None
 
 
 EMBEDDER_UNAVAILABLE = "embedder-unavailable"
@@ -225,6 +228,8 @@ def _message(
         query_text=request.queries[index],
         exact=request.exact,
     )
+    if request.vector_weight is not None:
+        message.vector_weight = request.vector_weight
     if vectors is not None and mode != LEXICAL:
         message.query_vector = vectors.rows[index]
         message.dimensions = vectors.dimensions

@@ -352,6 +352,7 @@ class Repository:
         mode: str = VECTOR,
         query_text: str = "",
         exact: bool = False,
+        vector_weight: float | None = None,
     ) -> list[SearchHit]:
         """See search.run: `mode` vector (or empty), lexical or hybrid."""
         return search.run(
@@ -367,6 +368,7 @@ class Repository:
             now=self._now(),
             index=self.index,
             exact=exact,
+            vector_weight=vector_weight,
         )
 
     # Files

@@ -91,10 +91,14 @@ class Outputs:
                 f"response.file_search_call.{phase}", output_index=index, item_id=item["id"]
             )
 
-    def search_done(self, item: dict[str, Any], results: list[dict[str, Any]]) -> Iterator[Event]:
+    def search_done(
+        self, item: dict[str, Any], results: list[dict[str, Any]], degraded: bool
+    ) -> Iterator[Event]:
         index = self.items.index(item)
         self.results[item["id"]] = results
         item["status"] = COMPLETED
+        # Extension: the search ran lexically only (the embedder was down), not hidden.
+        item["ragd_degraded"] = degraded
         if RESULTS in self.include:
             item["results"] = results
         yield self.event(
@@ -253,6 +257,8 @@ class Outputs:
             body = {key: value for key, value in item.items() if key not in HEAD}
             if item["type"] == "file_search_call":
                 body = {"queries": item["queries"], "results": self.results.get(item["id"])}
+                if "ragd_degraded" in item:
+                    body["ragd_degraded"] = item["ragd_degraded"]
             role = str(item.get("role") or "")
             kept.append(ChatItem(item["type"], role, item["status"], body, id=item["id"]))
         return kept

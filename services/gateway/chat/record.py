@@ -56,10 +56,11 @@ def usage(raw: dict[str, Any]) -> dict[str, Any]:
     """A chat completion's usage as a response's."""
     prompt, completion = int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0)
     reasoning = int((raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
-    cached = int((raw.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    read = raw.get("prompt_tokens_details") or {}
+    cached, written = int(read.get("cached_tokens") or 0), int(read.get("cache_write_tokens") or 0)
     return {
         "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,

@@ -42,9 +42,9 @@ async def file_search(
     store: Store,
     deadlines: Deadlines,
     first: int = 1,
-) -> list[Passage]:
+) -> tuple[list[Passage], bool]:
     """The best passages for the queries over the tools' vector stores, numbered from
-    `first`."""
+    `first`, and whether any store was searched lexically only (the embedder was down)."""
     asked = [
         Search(
             vector_store_id,
@@ -53,21 +53,30 @@ async def file_search(
             DEFAULT_SEARCH_MODE,
             tool.score_threshold,
             tool.filter,
+            vector_weight=tool.vector_weight,
         )
         for tool in tools
         for vector_store_id in tool.vector_store_ids
     ]
+    owners = [n for n, tool in enumerate(tools) for _ in tool.vector_store_ids]
     # One embedding of the queries per model for every store (lexical where it is down).
     found = await search_many(embedders, store, asked, deadlines)
+    # Each tool keeps its own max_num_results best; the passages are all tools' together.
     best_of: dict[tuple[str, str], Any] = {}
-    for result in found:
-        for hit in result.hits:
-            key = (hit.file_id, hit.text)
+    for n, tool in enumerate(tools):
+        mine: dict[tuple[str, str], Any] = {}
+        for result in (result for owner, result in zip(owners, found, strict=True) if owner == n):
+            for hit in result.hits:
+                key = (hit.file_id, hit.text)
+                if key not in mine or hit.score > mine[key].score:
+                    mine[key] = hit
+        ranked = sorted(mine.items(), key=lambda pair: pair[1].score, reverse=True)
+        for key, hit in ranked[: tool.max_num_results]:
             if key not in best_of or hit.score > best_of[key].score:
                 best_of[key] = hit
-    limit = max(tool.max_num_results for tool in tools)
-    best = sorted(best_of.values(), key=lambda hit: hit.score, reverse=True)[:limit]
-    return [
+    best = sorted(best_of.values(), key=lambda hit: hit.score, reverse=True)
+    degraded = any(result.degraded for result in found)
+    passages = [
         Passage(
             n,
             hit.file_id,
@@ -78,3 +87,4 @@ async def file_search(
         )
         for n, hit in enumerate(best, start=first)
     ]
+    return passages, degraded

@@ -65,8 +65,9 @@ class ResponseSettings(BaseModel):
             return cls.model_validate({k: v for k, v in raw.items() if k not in wrong})
 
 
-def settings(request: TurnRequest, dropped: int) -> ResponseSettings:
-    """What the stored response keeps of its request (rendered back by GET)."""
+def settings(request: TurnRequest, dropped: int, reply_tokens: int | None) -> ResponseSettings:
+    """What the stored response keeps of its request (rendered back by GET); `reply_tokens`
+    is the reply's limit applied, echoed as max_output_tokens when the request set none."""
     tools = request.tools
     return ResponseSettings(
         instructions=request.instructions,
@@ -75,7 +76,7 @@ def settings(request: TurnRequest, dropped: int) -> ResponseSettings:
         parallel_tool_calls=tools.parallel,
         max_tool_calls=tools.max_calls,
         include=request.include,
-        max_output_tokens=request.max_output_tokens,
+        max_output_tokens=request.max_output_tokens or reply_tokens,
         temperature=request.temperature,
         top_p=request.top_p,
         truncation=request.truncation,

@@ -15,15 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.common.vocabulary import MAX_SEARCH_RESULTS, RANKERS
+from services.common.vocabulary import MAX_SEARCH_RESULTS
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.params import (
     check_text,
     optional_int,
-    optional_number,
-    optional_object,
-    optional_str,
+    ranking_options,
 )
 from services.pb import store_pb2
 
@@ -61,6 +59,8 @@ class FileSearchTool:
     filter: store_pb2.Filter | None
     # As the client sent it, echoed in the response's `tools`.
     raw: dict[str, Any]
+    # hybrid_search's share of the vector ranking; None: the store's default.
+    vector_weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -216,16 +216,7 @@ def _file_search(tool: dict[str, Any], index: int) -> FileSearchTool:
     for vector_store_id in ids:
         check_text(vector_store_id, f"{name}.vector_store_ids", 256, param="tools")
     k = optional_int(tool, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
-    ranking = optional_object(tool, "ranking_options") or {}
-    ranker = optional_str(ranking, "ranker", "auto")
-    if ranker not in RANKERS:
-        raise invalid(f"'{name}.ranking_options.ranker' must be one of {', '.join(RANKERS)}")
-    threshold = optional_number(ranking, "score_threshold", 0.0, 0.0, 1.0)
-    # Accepted and checked; ranking is ragd's default (hybrid) whether it is sent or not.
-    hybrid = optional_object(ranking, "hybrid_search")
-    if hybrid is not None:
-        for weight in ("embedding_weight", "text_weight"):
-            optional_number(hybrid, weight, 1.0, 0.0, 1e6)
+    threshold, weight = ranking_options(tool, f"{name}.")
     filters = parse_filter(tool["filters"]) if tool.get("filters") is not None else None
     return FileSearchTool(
         vector_store_ids=list(ids),
@@ -233,6 +224,7 @@ def _file_search(tool: dict[str, Any], index: int) -> FileSearchTool:
         score_threshold=threshold,
         filter=filters,
         raw=tool,
+        vector_weight=weight,
     )
 
 

@@ -113,9 +113,13 @@ class Turn:
     # Every passage the model read in this turn, numbered for citations.
     passages: list[Passage] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    completed_at: float | None = None
+    # The first round's limit on the reply, echoed as max_output_tokens.
+    reply_tokens: int = 0
 
     def __post_init__(self) -> None:
         self.messages = list(self.prompt.messages)
+        self.reply_tokens = self._reply_limit()
         self.passages = list(self.prompt.passages)
         self.outputs = Outputs(self.request.include, FILE_SEARCH if self.hosted else "")
         if self.request.background:
@@ -127,13 +131,14 @@ class Turn:
             created_at=self.created_at,
             status=self.status,
             model=self.request.model,
-            settings=settings(self.request, self.prompt.dropped_items),
+            settings=settings(self.request, self.prompt.dropped_items, self.reply_tokens),
             previous_response_id=self.request.previous_response_id,
             conversation_id=self.request.conversation_id,
             outputs=self.outputs.items,
             usage=self.usage or None,
             error=self.error,
             incomplete=self.incomplete,
+            completed_at=self.completed_at,
         )
 
     async def events(self, stream: bool) -> AsyncGenerator[Event]:
@@ -161,9 +166,8 @@ class Turn:
             # A reply cut off by a failure is not kept: the input and the failure are.
             self.outputs.items = [item for item in self.outputs.items if item["type"] != "message"]
             await self._record()
-            yield self.outputs.event(
-                "error", code=self.error["code"], message=error.message, param=error.param
-            )
+            shown = objects_chat.response_error(error.code, error.message)
+            yield self.outputs.event("error", param=error.param, **shown)
             yield self.outputs.event("response.failed", response=self.response())
         finally:
             if self.stop == "deleted":
@@ -192,7 +196,7 @@ class Turn:
         body = self.searched.body
         item = self.outputs.search(body["queries"])
         yield from self.outputs.search_started(item)
-        yield from self.outputs.search_done(item, body["results"])
+        yield from self.outputs.search_done(item, body["results"], body["ragd_degraded"])
 
     async def _rounds(self, stream: bool) -> AsyncGenerator[Event]:
         tools = self.request.tools
@@ -231,7 +235,7 @@ class Turn:
             "model": request.model,
             "temperature": request.temperature,
             "top_p": request.top_p,
-            "max_tokens": request.max_output_tokens or upstream.settings.max_output_tokens,
+            "max_tokens": self._reply_limit(),
         }
         body = upstream.body(self.messages, params)
         if offered:
@@ -322,6 +326,7 @@ class Turn:
             self.usage[key] += added[key]
         for details, name in (
             ("input_tokens_details", "cached_tokens"),
+            ("input_tokens_details", "cache_write_tokens"),
             ("output_tokens_details", "reasoning_tokens"),
         ):
             self.usage[details][name] += added[details][name]
@@ -346,7 +351,7 @@ class Turn:
             item = self.outputs.search(search_queries(call.arguments, fallback))
             for event in self.outputs.search_started(item):
                 yield event
-            found = await file_search(
+            found, degraded = await file_search(
                 self.request.tools.searches,
                 item["queries"],
                 self.embedders,
@@ -358,8 +363,20 @@ class Turn:
             self.messages.append(message)
             self.passages += read
             results = [passage.result() for passage in found]
-            for event in self.outputs.search_done(item, results):
+            for event in self.outputs.search_done(item, results, degraded):
                 yield event
+
+    def _reply_limit(self) -> int:
+        """The request's max_output_tokens, or RAGD_CHAT_DEFAULT_OUTPUT_TOKENS, or else what
+        the upstream's context leaves after the prompt (as an upstream does by itself), never
+        less than the reserve (RAGD_CHAT_MAX_OUTPUT_TOKENS, which the prompt leaves free)."""
+        settings_ = self.upstream.settings
+        if self.request.max_output_tokens or settings_.default_output_tokens:
+            return self.request.max_output_tokens or settings_.default_output_tokens
+        # The prompt's size is estimated: a tenth more keeps an upstream that refuses a
+        # prompt plus reply over its context (vLLM) from refusing this one.
+        prompt = int(context.estimate(self.messages) * 1.1)
+        return max(settings_.max_output_tokens, settings_.context_tokens - prompt)
 
     def _room(self) -> int:
         """Tokens the results of one more search may take of the prompt."""
@@ -372,6 +389,7 @@ class Turn:
     async def _record(self) -> None:
         """The whole turn in one store transaction (retried for a while if the store is down:
         a kill of the store mid-stream must not lose the turn)."""
+        self.completed_at = self.completed_at or time.time()
         if self.recorded or not self.request.store:
             self.recorded = True
             return
@@ -382,10 +400,12 @@ class Turn:
         return store_pb2.RecordResponseRequest(
             id=self.id,
             created_at=self.created_at,
-            completed_at=time.time(),
+            completed_at=self.completed_at or time.time(),
             status=self.status,
             model=self.request.model,
-            settings_json=settings(self.request, self.prompt.dropped_items).json_text(),
+            settings_json=settings(
+                self.request, self.prompt.dropped_items, self.reply_tokens
+            ).json_text(),
             usage_json=json.dumps(self.usage),
             error_json=json.dumps(self.error or self.incomplete or {}),
             conversation_id=self.request.conversation_id,
@@ -429,10 +449,11 @@ async def prepare(
         )
     elif searches and request.tools.choice.mode != "none":
         queries = [user_query(request.inputs)]
-        passages = await file_search(searches, queries, embedders, store, deadlines)
+        passages, degraded = await file_search(searches, queries, embedders, store, deadlines)
+        results = [passage.result() for passage in passages]
         searched = ChatItem(
             "file_search_call",
-            body={"queries": queries, "results": [passage.result() for passage in passages]},
+            body={"queries": queries, "results": results, "ragd_degraded": degraded},
         )
     settings_ = upstream.settings
     reply_tokens = request.max_output_tokens or settings_.max_output_tokens

@@ -27,9 +27,12 @@ class ChatSettings:
     model: str
     api_key: str | None = None
     timeout: float = 120.0
-    # The upstream's context window (prompt plus reply), and a reply's default length.
+    # The upstream's context window (prompt plus reply), and the tokens the prompt is fitted
+    # to leave free for the reply.
     context_tokens: int = 8192
     max_output_tokens: int = 512
+    # A reply's limit when the request sets none; 0: what the context leaves (as OpenAI).
+    default_output_tokens: int = 0
     # Whether it calls tools (RAGD_CHAT_TOOLS): function tools pass through to it and it
     # drives file_search. Off: file_search searches with the user's words, function tools 400.
     tools: bool = True

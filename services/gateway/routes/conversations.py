@@ -22,6 +22,7 @@ from services.gateway.chat.outputs import RESULTS
 from services.gateway.errors import invalid
 from services.gateway.operations import INCLUDE_PARAM, operation, paging_params
 from services.gateway.params import (
+    extensions,
     json_body,
     metadata,
     optional_int,
@@ -64,7 +65,7 @@ def _new_items(body: dict[str, Any], required: bool) -> list[store_pb2.NewItem]:
     returns={"conversation_id": "/id"},
 )
 async def create_conversation(request: Request) -> JSONResponse:
-    body = await json_body(request, required=False)
+    body = extensions(await json_body(request, required=False), "title")
     reply = await services(request).store.CreateConversation(
         store_pb2.CreateConversationRequest(
             metadata=metadata(body),
@@ -111,7 +112,7 @@ async def get_conversation(request: Request) -> JSONResponse:
 
 @operation("Update a conversation's metadata (or title)", "Conversation", "ConversationUpdate")
 async def update_conversation(request: Request) -> JSONResponse:
-    body = await json_body(request)
+    body = extensions(await json_body(request), "title")
     update = store_pb2.UpdateConversationRequest(id=request.path_params["conversation_id"])
     if "metadata" in body:
         update.has_metadata = True
@@ -199,7 +200,7 @@ async def search_history(request: Request) -> JSONResponse:
     words, meaning or both (hybrid, the default: items not embedded yet are found by their
     words)."""
     deps = services(request)
-    body = await json_body(request)
+    body = extensions(await json_body(request), "mode")
     query = required_str(body, "query", MAX_QUERY_CHARS)
     if not query.strip():
         raise invalid("'query' must not be empty", param="query")

@@ -18,7 +18,7 @@ from services.gateway.clients import EmbedderClient
 from services.gateway.errors import InvalidRequest, NotFound, invalid
 from services.gateway.models import embeddings_model
 from services.gateway.operations import operation
-from services.gateway.params import json_body, optional_str
+from services.gateway.params import extensions, json_body, optional_str
 from services.gateway.routes import services
 
 _STARTED = int(time.time())
@@ -82,7 +82,7 @@ async def _check_total_tokens(
 @operation("Create embeddings", "EmbeddingList", "EmbeddingRequest")
 async def embeddings(request: Request) -> JSONResponse:
     deps = services(request)
-    body = await json_body(request, limit=MAX_BODY_BYTES)
+    body = extensions(await json_body(request, limit=MAX_BODY_BYTES), "truncate")
     texts = _inputs(body)
     encoding = optional_str(body, "encoding_format", "float")
     if encoding not in ("float", "base64"):

@@ -17,7 +17,6 @@ from services.common.vocabulary import (
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
     MAX_SEARCH_RESULTS,
-    RANKERS,
     SEARCH_MODES,
 )
 from services.gateway import metrics, objects
@@ -30,13 +29,13 @@ from services.gateway.ingest import resolve_chunking
 from services.gateway.models import new_store_model, store_model
 from services.gateway.operations import operation, paging_params
 from services.gateway.params import (
+    extensions,
     json_body,
     metadata,
     optional_int,
-    optional_number,
-    optional_object,
     optional_str,
     paging,
+    ranking_options,
 )
 from services.gateway.routes import services
 from services.gateway.search import EMBEDDER_UNAVAILABLE, Deadlines, Search, search
@@ -68,7 +67,7 @@ def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
 )
 async def create_vector_store(request: Request) -> JSONResponse:
     deps = services(request)
-    body = await json_body(request)
+    body = extensions(await json_body(request), "embedding_model")
     name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
     meta = metadata(body)
     expires = _expires_after(body)
@@ -186,27 +185,22 @@ def _search_request(vector_store_id: str, body: dict[str, Any]) -> Search:
             f"'mode' must be one of {', '.join(SEARCH_MODES)}, got {mode!r}", param="mode"
         )
     k = optional_int(body, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
-    ranking = optional_object(body, "ranking_options") or {}
-    threshold = optional_number(ranking, "score_threshold", 0.0, 0.0, 1.0)
-    ranker = optional_str(ranking, "ranker", "auto")
-    if ranker not in RANKERS:
-        raise invalid(
-            f"'ranking_options.ranker' must be one of {', '.join(RANKERS)}", param="ranking_options"
-        )
+    threshold, weight = ranking_options(body, "")
     if not isinstance(body.get("rewrite_query", False), bool):
         raise invalid("'rewrite_query' must be a boolean", param="rewrite_query")
     exact = body.get("exact", False)
     if not isinstance(exact, bool):
         raise invalid("'exact' must be a boolean", param="exact")
     filters = parse_filter(body["filters"]) if body.get("filters") is not None else None
-    return Search(vector_store_id, queries, k, mode, threshold, filters, exact)
+    return Search(vector_store_id, queries, k, mode, threshold, filters, exact, weight)
 
 
 @operation("Search a vector store", "SearchPage", "SearchRequest")
 async def search_vector_store(request: Request) -> JSONResponse:
     started = time.perf_counter()
     deps = services(request)
-    asked = _search_request(request.path_params["vector_store_id"], await json_body(request))
+    body = extensions(await json_body(request), "mode", "exact")
+    asked = _search_request(request.path_params["vector_store_id"], body)
     config = deps.config
     deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
     found = await search(deps.embedders, deps.store, asked, deadlines)

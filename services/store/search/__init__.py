@@ -71,12 +71,14 @@ def run(
     now: int,
     index: IndexSettings,
     exact: bool = False,
+    vector_weight: float | None = None,
 ) -> list[SearchHit]:
     """The k best chunks of the vector store for `mode` (empty: vector), best first, without
     those scoring below the threshold. Lexical uses only `text`, vector only `query` (one
     L2-normalized vector; an empty `model` skips the model check), hybrid both. With a filter,
     only chunks of files whose attributes match compete. `exact` skips the coarse index.
     A query in the wire format (float32 bytes) goes to sqlite-vec as it came, checked in place.
+    `vector_weight` (0..1) is the vector ranking's share of a hybrid score; None: the default.
     """
     mode = runnable_mode(mode, text)
     values = None
@@ -87,6 +89,8 @@ def run(
     elif query is not None:
         values = np.asarray(query, dtype=np.float32)
     _check(mode, values, text, k, score_threshold)
+    if vector_weight is not None and not (math.isfinite(vector_weight) and 0 <= vector_weight <= 1):
+        raise InvalidArgument(f"vector_weight must be 0..1, got {vector_weight}")
     condition = compile_filter(filter) if filter is not None else None
     blob = b""
     if values is not None and mode != LEXICAL:
@@ -132,6 +136,7 @@ def run(
                 [hits.Candidate(c, file_of[c], s) for c, s in words if c in file_of],
                 ceiling,
                 k,
+                weight=hybrid.VECTOR_WEIGHT if vector_weight is None else vector_weight,
             )
             ranks = _ranks(near, words)
         kept = [(chunk, s) for chunk, s in ranked if s >= score_threshold]

@@ -165,6 +165,9 @@ class VectorStoreRpcs(RpcBase):
                 mode=mode,
                 query_text=request.query_text,
                 exact=request.exact,
+                vector_weight=(
+                    request.vector_weight if request.HasField("vector_weight") else None
+                ),
             )
             return pb.SearchResponse(hits=[hit_message(hit) for hit in hits], mode=mode)
 
