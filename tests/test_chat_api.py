@@ -60,8 +60,12 @@ def chat_stack(tmp_path_factory: pytest.TempPathFactory, upstream: str) -> Itera
 
 
 @pytest.fixture(scope="module")
-def sdk(chat_stack: Stack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{chat_stack.gateway_url}/v1", api_key="unused", max_retries=0)
+def sdk(chat_stack: Stack) -> Iterator[openai.OpenAI]:
+    # Closed at the end: a client left to the garbage collector warns of its socket in
+    # whichever later test it is collected.
+    base_url = f"{chat_stack.gateway_url}/v1"
+    with openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -344,12 +348,12 @@ def test_a_reply_without_a_limit_may_take_what_the_context_leaves(
     )
     stack = next(unlimited)
     try:
-        client = openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused")
-        answer = client.responses.create(model="smollm2", input="Say only: OK.", temperature=0)
-        applied = answer.max_output_tokens
-        assert applied and MAX_REPLY < applied < CHAT_CONTEXT
-        assert client.responses.retrieve(answer.id).max_output_tokens == applied
-        assert answer.usage and answer.usage.output_tokens <= applied
+        with openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused") as client:
+            answer = client.responses.create(model="smollm2", input="Say only: OK.", temperature=0)
+            applied = answer.max_output_tokens
+            assert applied and MAX_REPLY < applied < CHAT_CONTEXT
+            assert client.responses.retrieve(answer.id).max_output_tokens == applied
+            assert answer.usage and answer.usage.output_tokens <= applied
     finally:
         unlimited.close()
 
@@ -562,10 +566,10 @@ def test_an_upstream_that_is_down_gives_503_and_a_failed_response(
         RAGD_CHAT_TIMEOUT="5",
     )
     stack = next(dead)
+    retrying = openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused")
     try:
         # The SDK's default retries (2) send the turn three times: the conversation holds it
         # none (a failed turn stays out of it; each failed response keeps its input).
-        retrying = openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused")
         conversation = retrying.conversations.create().id
         with pytest.raises(openai.InternalServerError) as down:
             retrying.responses.create(input="hi", conversation=conversation)
@@ -599,6 +603,7 @@ def test_an_upstream_that_is_down_gives_503_and_a_failed_response(
             unconfigured = client.post("/v1/responses", json={"input": ""})
             assert unconfigured.headers["x-should-retry"] == "false"
     finally:
+        retrying.close()
         dead.close()
 
 

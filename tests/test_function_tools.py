@@ -43,8 +43,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="module")
-def sdk(stack: Stack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused", max_retries=0)
+def sdk(stack: Stack) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused", max_retries=0) as sdk:
+        yield sdk
 
 
 @pytest.fixture(scope="module")
