@@ -21,16 +21,10 @@ from openai.types.responses import ResponseError
 
 from services.cli.main import cli
 from services.launcher import Stack
-from tests.chat_fixtures import CHAT_CONTEXT, chat_upstream
+from tests.chat_fixtures import CHAT_CONTEXT, chat_upstream, facts_store
 from tests.harness import started_stack, wait_ready
 from tests.store_fixtures import check_conversation_invariants
 
-FACTS = (
-    "The Zorblatt reactor was designed by Mira Quenby in Lisbon. "
-    "Its secret code word is PINEAPPLE. "
-    "The reactor runs on compressed seaweed and produces 40 megawatts."
-)
-OTHER = "Granite countertops are polished with diamond pads of increasing grit."
 QUESTION = "What is the secret code word of the Zorblatt reactor?"
 MAX_REPLY = 48
 
@@ -76,16 +70,7 @@ def http(chat_stack: Stack) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def vector_store(sdk: openai.OpenAI) -> str:
-    files = [
-        sdk.files.create(file=(name, text.encode()), purpose="assistants").id
-        for name, text in (("zorblatt.txt", FACTS), ("granite.txt", OTHER))
-    ]
-    store = sdk.vector_stores.create(name="facts", file_ids=files)
-    deadline = time.monotonic() + 60
-    while sdk.vector_stores.retrieve(store.id).file_counts.completed < 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    return store.id
+    return facts_store(sdk)
 
 
 def file_search(store_id: str, **options: Any) -> dict[str, Any]:
