@@ -134,7 +134,10 @@ async def model_names(request: Request) -> list[str]:
     names = await deps.embedders.names()
     if deps.chat is not None:
         names += deps.chat.settings.names
-    return list({name.lower(): name for name in reversed(names)}.values())[::-1]
+    unique: dict[str, str] = {}
+    for name in names:
+        unique.setdefault(name.lower(), name)
+    return list(unique.values())
 
 
 @operation("List the served models", "ModelList")
