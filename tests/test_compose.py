@@ -322,3 +322,35 @@ def test_the_store_takes_the_retention_settings_off_by_default(compose: dict[str
     store = compose["services"]["store"]["environment"]
     for name in ("RAGD_CONVERSATIONS_TTL_DAYS", "RAGD_RESPONSES_TTL_DAYS"):
         assert store[name] == f"${{{name}:-0}}", name
+
+
+def test_the_postgres_override_runs_store_replicas_on_the_postgres_service(
+    compose: dict[str, Any], dockerfile_stages: dict[str, tuple[str, list[str]]]
+) -> None:
+    override = yaml.safe_load((ROOT / "deploy" / "compose.postgres.yml").read_text())
+    services = override["services"]
+    postgres = services["postgres"]
+    assert postgres["build"]["target"] == "postgres"
+    parent, lines = dockerfile_stages["postgres"]
+    assert parent == "runtime" and "USER ragd" in lines
+    # The server's password is the service token, which every service already has mounted.
+    token = compose["services"]["store"]["environment"]["RAGD_SERVICE_TOKEN_FILE"]
+    assert postgres["environment"]["RAGD_DATABASE_PASSWORD_FILE"] == token
+    assert f"ragd-token:{Path(token).parent}:ro" in postgres["volumes"]
+    assert "ragd-postgres" in override["volumes"]
+    store = services["store"]
+    assert store["environment"]["RAGD_DATABASE_PASSWORD_FILE"] == token
+    assert "@postgres:5432/" in store["environment"]["RAGD_DATABASE_URL"]
+    assert store["depends_on"]["postgres"] == {"condition": "service_healthy"}
+    assert str(store["deploy"]["replicas"]).endswith("2}")
+    # Several stores: the gateway resolves them all; Litestream (SQLite's) stays off.
+    store_port = compose["services"]["store"]["environment"]["RAGD_STORE_LISTEN"].split(":")[-1]
+    assert services["gateway"]["environment"]["RAGD_STORE_TARGET"] == f"dns:///store:{store_port}"
+    assert services["replicator"]["profiles"] == ["litestream"]
+    # The healthcheck's tool is in the image, and so is the entry script.
+    assert shlex.split(postgres["healthcheck"]["test"])[0] == "pg_isready"
+    assert any("postgres-entrypoint.sh" in line for line in lines)
+
+
+def test_the_postgres_entrypoint_parses() -> None:
+    subprocess.run(["sh", "-n", "deploy/postgres-entrypoint.sh"], cwd=ROOT, check=True)
