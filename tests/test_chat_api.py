@@ -21,7 +21,7 @@ from openai.types.responses import ResponseError
 
 from services.cli.main import cli
 from services.launcher import Stack
-from tests.chat_fixtures import CHAT_CONTEXT, chat_upstream, facts_store
+from tests.chat_fixtures import CHAT_CONTEXT, chat_upstream, check_event, facts_store
 from tests.harness import started_stack, wait_ready
 from tests.store_fixtures import check_conversation_invariants
 
@@ -442,7 +442,9 @@ def test_chat_completions_pass_through_and_persist(sdk: openai.OpenAI, http: htt
 def sse_events(response: httpx.Response) -> Iterator[dict[str, Any]]:
     for line in response.iter_lines():
         if line.startswith("data:"):
-            yield json.loads(line[5:])
+            event = json.loads(line[5:])
+            check_event(event)
+            yield event
 
 
 @pytest.mark.parametrize(

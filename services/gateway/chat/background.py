@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -33,7 +34,16 @@ from services.common.vocabulary import (
 )
 from services.gateway import errors
 from services.gateway.chat import record
-from services.gateway.chat.outputs import Event
+from services.gateway.chat.events import (
+    Event,
+    OutputItemAdded,
+    OutputItemDone,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseFailed,
+    ResponseIncomplete,
+    ResponseInProgress,
+)
 from services.gateway.chat.turn import Turn
 from services.gateway.clients import Store
 from services.pb import store_pb2
@@ -170,23 +180,48 @@ def replayed(response: dict[str, Any], after: int) -> list[Event]:
     """The events of a finished response rebuilt from its record (its run's own events are
     gone): created, each output item added and done, and the final event."""
     shell = {**response, "status": IN_PROGRESS, "output": []}
+    numbers = itertools.count()
+    # Numbered last, as the events were before they were typed (the same bytes).
     events: list[Event] = [
-        {"type": "response.created", "response": shell},
-        {"type": "response.in_progress", "response": shell},
+        ResponseCreated(type="response.created", response=shell, sequence_number=next(numbers)),
+        ResponseInProgress(
+            type="response.in_progress", response=shell, sequence_number=next(numbers)
+        ),
     ]
     for index, item in enumerate(response["output"]):
         started = json.loads(json.dumps(item))
         events.append(
-            {"type": "response.output_item.added", "output_index": index, "item": started}
+            OutputItemAdded(
+                type="response.output_item.added",
+                output_index=index,
+                item=started,
+                sequence_number=next(numbers),
+            )
         )
-        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        events.append(
+            OutputItemDone(
+                type="response.output_item.done",
+                output_index=index,
+                item=item,
+                sequence_number=next(numbers),
+            )
+        )
     # A cancelled response ends without a final event, as its live stream did.
-    final = {
-        COMPLETED: "response.completed",
-        FAILED: "response.failed",
-        INCOMPLETE: "response.incomplete",
-    }.get(response["status"])
-    if final:
-        events.append({"type": final, "response": response})
-    numbered = [{**event, "sequence_number": n} for n, event in enumerate(events)]
-    return numbered[after + 1 :]
+    status = response["status"]
+    if status == COMPLETED:
+        events.append(
+            ResponseCompleted(
+                type="response.completed", response=response, sequence_number=next(numbers)
+            )
+        )
+    elif status == FAILED:
+        events.append(
+            ResponseFailed(type="response.failed", response=response, sequence_number=next(numbers))
+        )
+    elif status == INCOMPLETE:
+        events.append(
+            ResponseIncomplete(
+                type="response.incomplete", response=response, sequence_number=next(numbers)
+            )
+        )
+    return events[after + 1 :]

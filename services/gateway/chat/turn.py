@@ -40,8 +40,18 @@ from services.common.vocabulary import (
 from services.gateway import errors, objects_chat
 from services.gateway.chat import context
 from services.gateway.chat.context import Passage
+from services.gateway.chat.events import (
+    Error,
+    Event,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseFailed,
+    ResponseIncomplete,
+    ResponseInProgress,
+    ResponseQueued,
+)
 from services.gateway.chat.items import ChatItem, check_calls, stored
-from services.gateway.chat.outputs import Call, Event, Outputs, Round
+from services.gateway.chat.outputs import Call, Outputs, Round
 from services.gateway.chat.record import in_background, record, usage
 from services.gateway.chat.retrieval import file_search, question, user_query
 from services.gateway.chat.settings import settings
@@ -145,20 +155,43 @@ class Turn:
         """OpenAI's stream events of this turn, and the turn recorded when it ends. A failure
         of the upstream ends the stream with `error` and `response.failed`, and is kept in
         `failure` for a caller that does not stream."""
+        outputs = self.outputs
         try:
-            yield self.outputs.event("response.created", response=self.response())
+            yield ResponseCreated(
+                type="response.created",
+                sequence_number=outputs.number(),
+                response=self.response(),
+            )
             if self.status == QUEUED:
-                yield self.outputs.event("response.queued", response=self.response())
+                yield ResponseQueued(
+                    type="response.queued",
+                    sequence_number=outputs.number(),
+                    response=self.response(),
+                )
                 self.status = IN_PROGRESS
-            yield self.outputs.event("response.in_progress", response=self.response())
+            yield ResponseInProgress(
+                type="response.in_progress",
+                sequence_number=outputs.number(),
+                response=self.response(),
+            )
             for event in self._search_events():
                 yield event
             async with contextlib.aclosing(self._rounds(stream)) as rounds:
                 async for event in rounds:
                     yield event
-            final = "response.completed" if self.status == COMPLETED else "response.incomplete"
             await self._record()
-            yield self.outputs.event(final, response=self.response())
+            if self.status == COMPLETED:
+                yield ResponseCompleted(
+                    type="response.completed",
+                    sequence_number=outputs.number(),
+                    response=self.response(),
+                )
+            else:
+                yield ResponseIncomplete(
+                    type="response.incomplete",
+                    sequence_number=outputs.number(),
+                    response=self.response(),
+                )
         except errors.ApiError as error:
             self.failure = error
             self.status = FAILED
@@ -167,8 +200,18 @@ class Turn:
             self.outputs.items = [item for item in self.outputs.items if item["type"] != "message"]
             await self._record()
             shown = objects_chat.response_error(error.code, error.message)
-            yield self.outputs.event("error", param=error.param, **shown)
-            yield self.outputs.event("response.failed", response=self.response())
+            yield Error(
+                type="error",
+                sequence_number=outputs.number(),
+                param=error.param,
+                code=shown["code"],
+                message=shown["message"],
+            )
+            yield ResponseFailed(
+                type="response.failed",
+                sequence_number=outputs.number(),
+                response=self.response(),
+            )
         finally:
             if self.stop == "deleted":
                 self.recorded = True

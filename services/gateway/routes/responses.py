@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import replace
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,6 +13,7 @@ from services.common.vocabulary import PENDING_RESPONSE_STATUSES
 from services.gateway import errors, objects, objects_chat
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.chat.background import BackgroundRuns, replayed
+from services.gateway.chat.events import Event
 from services.gateway.chat.outputs import RESULTS
 from services.gateway.chat.requests import turn_request
 from services.gateway.chat.settings import ResponseSettings
@@ -146,7 +146,7 @@ async def get_response(request: Request) -> Response:
             "GET /v1/responses/{id} until it ends, then stream it"
         )
 
-    async def rebuilt() -> AsyncGenerator[dict[str, Any]]:
+    async def rebuilt() -> AsyncGenerator[Event]:
         for event in replayed(shown, after):
             yield event
 
