@@ -2,10 +2,10 @@
 survives its client; polled with GET, cancelled, and its events replayed and followed.
 
 The store holds the response from the start (queued, then in progress, with its input) under
-a lease this gateway renews while the turn runs; the turn's record ends it. A cancel reaches
-the store first (whichever gateway takes it) and this gateway learns it at its next renewal,
-or at once when the cancel comes to it. A gateway that dies mid-turn stops renewing: the store
-ends the response as failed once the lease runs out.
+a lease this gateway renews while the turn runs (chat/lease.py); the turn's record ends it. A
+cancel reaches the store first (whichever gateway takes it) and this gateway learns it at its
+next renewal, or at once when the cancel comes to it. A gateway that dies mid-turn stops
+renewing: the store ends the response as failed once the lease runs out.
 
 The events of a run are kept here, in memory, while it runs and for KEEP_SECONDS after;
 another gateway, or this one later, replays a finished response from its record instead.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -29,10 +30,7 @@ from services.common.vocabulary import (
     FAILED,
     IN_PROGRESS,
     INCOMPLETE,
-    PENDING_RESPONSE_STATUSES,
-    QUEUED,
 )
-from services.gateway import errors
 from services.gateway.chat import record
 from services.gateway.chat.events import (
     Event,
@@ -44,6 +42,7 @@ from services.gateway.chat.events import (
     ResponseIncomplete,
     ResponseInProgress,
 )
+from services.gateway.chat.lease import Leases
 from services.gateway.chat.turn import Turn
 from services.gateway.clients import Store
 from services.pb import store_pb2
@@ -69,23 +68,22 @@ class Run:
 class BackgroundRuns:
     def __init__(self, store: Store, lease_seconds: float) -> None:
         self._store = store
-        self._lease = lease_seconds
+        # Streamed turns are held under the same lease (routes/responses.py).
+        self.leases = Leases(store, lease_seconds)
         self._runs: dict[str, Run] = {}
 
     async def start(self, turn: Turn) -> None:
         """Records the response as queued with its input, then runs the turn apart."""
-        request = turn.record_request()
-        request.status = QUEUED
-        await self._store.StartResponse(
-            store_pb2.StartResponseRequest(response=request, lease_seconds=self._lease)
-        )
+        await self.leases.start(turn)
         self._forget_old()
         run = Run(turn)
         self._runs[turn.id] = run
         run.task = asyncio.create_task(self._run(run), name=f"background {turn.id}")
 
     async def _run(self, run: Run) -> None:
-        renewing = asyncio.create_task(self._renew(run))
+        # The first renewal, at once, says the turn is in progress.
+        stop = functools.partial(self._stop, run)
+        renewing = asyncio.create_task(self.leases.hold(run.turn, stop, at_once=True))
         try:
             async with contextlib.aclosing(run.turn.events(stream=True)) as events:
                 async for event in events:
@@ -104,31 +102,6 @@ class BackgroundRuns:
         run.events.append(event)
         async with run.changed:
             run.changed.notify_all()
-
-    async def _renew(self, run: Run) -> None:
-        """Holds the lease while the turn runs (the first renewal, at once, says it is in
-        progress); stops the turn if it was cancelled or deleted."""
-        first = True
-        while True:
-            if not first:
-                await asyncio.sleep(self._lease / 3)
-            first = False
-            try:
-                reply = await self._store.RenewResponse(
-                    store_pb2.RenewResponseRequest(
-                        id=run.turn.id, lease_seconds=self._lease, status=IN_PROGRESS
-                    )
-                )
-            except errors.NotFound:
-                self._stop(run, "deleted")
-                return
-            except errors.ApiError as error:
-                # The store is away: try again; the lease has room for a missed renewal.
-                log.warning("could not renew %s: %s", run.turn.id, error.message)
-                continue
-            if reply.status not in PENDING_RESPONSE_STATUSES:
-                self._stop(run, "cancelled")
-                return
 
     def _stop(self, run: Run, why: str) -> None:
         run.turn.stop = why

@@ -32,6 +32,10 @@ async def record(store: Store, request: store_pb2.RecordResponseRequest) -> None
         except errors.Conflict:
             return  # an earlier attempt landed, and only its answer was lost
         except errors.ApiError as error:
+            if isinstance(error, errors.NotFound) and request.started:
+                # Deleted while its turn ran (or what it joins was).
+                log.info("response %s not recorded: %s", request.id, error.message)
+                return
             if not errors.is_transient(error) or time.monotonic() > deadline:
                 log.error("could not record response %s: %s", request.id, error.message)
                 return

@@ -126,6 +126,8 @@ class Turn:
     completed_at: float | None = None
     # The first round's limit on the reply, echoed as max_output_tokens.
     reply_tokens: int = 0
+    # The store holds the response while the turn runs (chat/lease.py).
+    started: bool = False
 
     def __post_init__(self) -> None:
         self.messages = list(self.prompt.messages)
@@ -433,7 +435,8 @@ class Turn:
         """The whole turn in one store transaction (retried for a while if the store is down:
         a kill of the store mid-stream must not lose the turn)."""
         self.completed_at = self.completed_at or time.time()
-        if self.recorded or not self.request.store:
+        # A response deleted while its turn ran stays deleted.
+        if self.recorded or not self.request.store or self.stop == "deleted":
             self.recorded = True
             return
         self.recorded = True
@@ -455,6 +458,7 @@ class Turn:
             previous_response_id=self.request.previous_response_id,
             inputs=[item.message() for item in self.request.inputs],
             outputs=[item.message() for item in self.outputs.stored()],
+            started=self.started,
         )
 
 

@@ -90,7 +90,9 @@ async def create_response(request: Request) -> Response:
             return ClosingStream(server_sent_events(runs.follow(run, -1)), "text/event-stream")
         return JSONResponse(turn.response())
     if stream:
-        return ClosingStream(server_sent_events(turn.events(stream=True)), "text/event-stream")
+        # A stored response is readable (in progress) while it streams, as OpenAI's is.
+        events = _runs(deps).leases.streamed(turn) if asked.store else turn.events(stream=True)
+        return ClosingStream(server_sent_events(events), "text/event-stream")
     async for _ in turn.events(stream=False):
         pass
     if turn.failure is not None:
@@ -142,8 +144,9 @@ async def get_response(request: Request) -> Response:
         return JSONResponse(shown)
     if record.status in PENDING_RESPONSE_STATUSES:
         raise errors.Conflict(
-            f"response {response_id!r} runs on another gateway, which holds its events; poll "
-            "GET /v1/responses/{id} until it ends, then stream it"
+            f"response {response_id!r} is under way and its events are not kept here (a "
+            "background one's are on the gateway running it, a streamed one's go to its own "
+            "client); poll GET /v1/responses/{id} until it ends, then stream it"
         )
 
     async def rebuilt() -> AsyncGenerator[Event]:
