@@ -10,7 +10,7 @@ from typing import Any
 
 from services.common.vocabulary import COMPLETED, FAILED, INCOMPLETE
 from services.gateway.chat.outputs import RESULTS
-from services.gateway.chat.settings import ResponseSettings
+from services.gateway.chat.settings import ResponseSettings, Usage
 from services.pb import store_pb2
 
 
@@ -97,16 +97,9 @@ def _error(problem: dict[str, Any] | None) -> dict[str, Any] | None:
     return response_error(problem.get("code"), str(problem.get("message", "")))
 
 
-def _usage(counts: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Null when the upstream reported no tokens (not zeros); every count the SDK's
-    ResponseUsage requires, for records written before it had them."""
-    if not counts or not counts.get("total_tokens"):
-        return None
-    read = {"cached_tokens": 0, "cache_write_tokens": 0}
-    read.update(counts.get("input_tokens_details") or {})
-    written = {"reasoning_tokens": 0}
-    written.update(counts.get("output_tokens_details") or {})
-    return {**counts, "input_tokens_details": read, "output_tokens_details": written}
+def _usage(counts: Usage | None) -> dict[str, Any] | None:
+    """Null when the upstream reported no tokens (not zeros)."""
+    return counts.model_dump() if counts and counts.total_tokens else None
 
 
 def _incomplete(details: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -130,7 +123,7 @@ def response(
     previous_response_id: str,
     conversation_id: str,
     outputs: Sequence[dict[str, Any]],
-    usage: dict[str, Any] | None,
+    usage: Usage | None,
     error: dict[str, Any] | None,
     incomplete: dict[str, Any] | None,
     completed_at: float | None = None,
@@ -186,7 +179,7 @@ def stored_response(record: store_pb2.ResponseRecord, include: Sequence[str]) ->
         previous_response_id=record.previous_response_id,
         conversation_id=record.conversation_id,
         outputs=[item(stored, RESULTS in include) for stored in record.outputs],
-        usage=json.loads(record.usage_json or "{}") or None,
+        usage=Usage.read(record.usage_json),
         error=problem if record.status == FAILED else None,
         incomplete=problem if record.status == INCOMPLETE else None,
         completed_at=record.completed_at or None,

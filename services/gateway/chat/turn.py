@@ -52,9 +52,9 @@ from services.gateway.chat.events import (
 )
 from services.gateway.chat.items import ChatItem, check_calls, stored
 from services.gateway.chat.outputs import Call, Outputs, Round
-from services.gateway.chat.record import in_background, record, usage
+from services.gateway.chat.record import in_background, record
 from services.gateway.chat.retrieval import file_search, question, user_query
-from services.gateway.chat.settings import settings
+from services.gateway.chat.settings import Usage, settings
 from services.gateway.chat.tools import FILE_SEARCH, Tools, search_queries
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
@@ -111,7 +111,7 @@ class Turn:
     hosted: bool = False
     searched: ChatItem | None = None
     outputs: Outputs = field(init=False)
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
     status: str = IN_PROGRESS
     error: dict[str, Any] | None = None
     incomplete: dict[str, Any] | None = None
@@ -147,7 +147,7 @@ class Turn:
             previous_response_id=self.request.previous_response_id,
             conversation_id=self.request.conversation_id,
             outputs=self.outputs.items,
-            usage=self.usage or None,
+            usage=self.usage,
             error=self.error,
             incomplete=self.incomplete,
             completed_at=self.completed_at,
@@ -363,18 +363,8 @@ class Turn:
 
     def _count(self, raw: dict[str, Any]) -> None:
         """Token usage summed over the turn's rounds."""
-        added = usage(raw)
-        if not self.usage:
-            self.usage = added
-            return
-        for key in ("input_tokens", "output_tokens", "total_tokens"):
-            self.usage[key] += added[key]
-        for details, name in (
-            ("input_tokens_details", "cached_tokens"),
-            ("input_tokens_details", "cache_write_tokens"),
-            ("output_tokens_details", "reasoning_tokens"),
-        ):
-            self.usage[details][name] += added[details][name]
+        added = Usage.upstream(raw)
+        self.usage = added if self.usage is None else self.usage + added
 
     async def _run_searches(self, calls: Sequence[Call]) -> AsyncGenerator[Event]:
         """The model's file_search calls run here; their results go back to it."""
@@ -452,7 +442,7 @@ class Turn:
             settings_json=settings(
                 self.request, self.prompt.dropped_items, self.reply_tokens
             ).json_text(),
-            usage_json=json.dumps(self.usage),
+            usage_json=self.usage.json_text() if self.usage else "{}",
             error_json=json.dumps(self.error or self.incomplete or {}),
             conversation_id=self.request.conversation_id,
             previous_response_id=self.request.previous_response_id,
