@@ -305,7 +305,7 @@ def test_a_streamed_response_is_in_progress_until_it_ends(sdk: openai.OpenAI) ->
     conversation = sdk.conversations.create().id
     stream = sdk.responses.create(
         model="smollm2",
-        input="Count from one to ten in words.",
+        input="Count from one to fifty in words.",
         conversation=conversation,
         temperature=0,
         stream=True,
