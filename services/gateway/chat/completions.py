@@ -19,7 +19,7 @@ from services.common.vocabulary import COMPLETED, FAILED, INCOMPLETE, MAX_NEW_IT
 from services.gateway import errors
 from services.gateway.chat.items import ChatItem, message, parse_items
 from services.gateway.chat.record import in_background, record
-from services.gateway.chat.settings import ResponseSettings, Usage
+from services.gateway.chat.settings import Failure, ResponseSettings, Usage
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
 from services.pb import store_pb2
@@ -111,7 +111,7 @@ class Recording:
             self.reasoning += str(part.get("reasoning_content") or "")
             self.finish = str(choice.get("finish_reason") or self.finish)
 
-    async def finish_with(self, status: str, error: dict[str, Any] | None = None) -> None:
+    async def finish_with(self, status: str, error: Failure | None = None) -> None:
         if self.done:
             return
         self.done = True
@@ -137,6 +137,11 @@ class Recording:
                 outputs=[item.message() for item in outputs],
             ),
         )
+
+    async def fail(self, error: errors.ApiError) -> None:
+        """Recorded as failed, with the upstream's failure."""
+        code = error.code or "server_error"
+        await self.finish_with(FAILED, Failure(code=code, message=error.message))
 
     def status(self) -> str:
         return INCOMPLETE if self.finish == "length" else COMPLETED
@@ -168,7 +173,7 @@ async def complete(
             await reply.aclose()
     except errors.ApiError as error:
         if turn is not None:
-            await turn.finish_with(FAILED, {"code": error.code, "message": error.message})
+            await turn.fail(error)
         raise
     if turn is not None:
         turn.absorb(completion)
@@ -191,7 +196,7 @@ async def relay(reply: httpx.Response, turn: Recording | None) -> AsyncGenerator
             yield (line + "\n").encode()
     except httpx.HTTPError as error:
         if turn is not None:
-            await turn.finish_with(FAILED, {"code": "bad_gateway", "message": str(error)})
+            await turn.finish_with(FAILED, Failure(code="bad_gateway", message=str(error)))
         failure = {
             "error": {"message": f"the chat upstream failed: {error}", "type": "server_error"}
         }

@@ -10,9 +10,11 @@ shape: those read as their defaults rather than failing a GET.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypedDict
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from services.common.vocabulary import FAILED, INCOMPLETE
 
 if TYPE_CHECKING:
     from services.gateway.chat.turn import TurnRequest
@@ -67,6 +69,36 @@ class ResponseSettings(BaseModel):
         except ValidationError as error:
             wrong = {str(problem["loc"][0]) for problem in error.errors() if problem["loc"]}
             return cls.model_validate({k: v for k, v in raw.items() if k not in wrong})
+
+
+class Failure(TypedDict):
+    """Why a turn failed, as the store keeps it: our code (OpenAI's is derived when it is
+    rendered: objects_chat.response_error) and the message."""
+
+    code: str
+    message: str
+
+
+class Incomplete(TypedDict):
+    """Why a reply was cut off: OpenAI's reason, or ours (client_disconnected)."""
+
+    reason: str
+
+
+def ending(text: str, status: str) -> tuple[Failure | None, Incomplete | None]:
+    """A record's failure or cut-off, kept as one JSON object whose shape its status says."""
+    try:
+        raw = json.loads(text or "{}")
+    except ValueError:
+        raw = {}
+    if not isinstance(raw, dict) or not raw:
+        return None, None
+    if status == FAILED:
+        code = str(raw.get("code") or "server_error")
+        return Failure(code=code, message=str(raw.get("message", ""))), None
+    if status == INCOMPLETE:
+        return None, Incomplete(reason=str(raw.get("reason") or ""))
+    return None, None
 
 
 class InputTokens(BaseModel):

@@ -54,7 +54,7 @@ from services.gateway.chat.items import ChatItem, check_calls, stored
 from services.gateway.chat.outputs import Call, Outputs, Round
 from services.gateway.chat.record import in_background, record
 from services.gateway.chat.retrieval import file_search, question, user_query
-from services.gateway.chat.settings import Usage, settings
+from services.gateway.chat.settings import Failure, Incomplete, Usage, settings
 from services.gateway.chat.tools import FILE_SEARCH, Tools, search_queries
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
@@ -113,8 +113,8 @@ class Turn:
     outputs: Outputs = field(init=False)
     usage: Usage | None = None
     status: str = IN_PROGRESS
-    error: dict[str, Any] | None = None
-    incomplete: dict[str, Any] | None = None
+    error: Failure | None = None
+    incomplete: Incomplete | None = None
     recorded: bool = False
     failure: errors.ApiError | None = None
     # Why a background turn was stopped: "cancelled", "deleted" (nothing is recorded), or
@@ -197,7 +197,7 @@ class Turn:
         except errors.ApiError as error:
             self.failure = error
             self.status = FAILED
-            self.error = {"code": error.code or "server_error", "message": error.message}
+            self.error = Failure(code=error.code or "server_error", message=error.message)
             # A reply cut off by a failure is not kept: the input and the failure are.
             self.outputs.items = [item for item in self.outputs.items if item["type"] != "message"]
             await self._record()
@@ -224,13 +224,13 @@ class Turn:
                     self.status = CANCELLED
                 elif self.stop == "shutdown":
                     self.status = FAILED
-                    self.error = {
-                        "code": "server_error",
-                        "message": "the gateway stopped during this turn; send it again",
-                    }
+                    self.error = Failure(
+                        code="server_error",
+                        message="the gateway stopped during this turn; send it again",
+                    )
                 else:
                     self.status = INCOMPLETE
-                    self.incomplete = {"reason": "client_disconnected"}
+                    self.incomplete = Incomplete(reason="client_disconnected")
                 self.outputs.interrupted()
                 in_background(self._record())
 
@@ -267,7 +267,7 @@ class Turn:
             if cut or client_calls or not hosted:
                 self.status = INCOMPLETE if cut else COMPLETED
                 if cut:
-                    self.incomplete = {"reason": "max_output_tokens"}
+                    self.incomplete = Incomplete(reason="max_output_tokens")
                 if not current.wrote and not cut:
                     for event in self.outputs.empty_answer(current):
                         yield event
