@@ -117,8 +117,9 @@ class Turn:
     incomplete: Incomplete | None = None
     recorded: bool = False
     failure: errors.ApiError | None = None
-    # Why a background turn was stopped: "cancelled", "deleted" (nothing is recorded), or
-    # "shutdown" (the gateway stops: it ends as failed); "" for a turn whose client went away.
+    # Why a background turn was stopped: "cancelled", "deleted" (nothing is recorded; a
+    # streamed turn deleted goes on to its client, unrecorded), or "shutdown" (the gateway
+    # stops: it ends as failed); "" for a turn whose client went away.
     stop: str = ""
     # Every passage the model read in this turn, numbered for citations.
     passages: list[Passage] = field(default_factory=list)
