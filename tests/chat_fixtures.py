@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import os
 import time
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import openai
+import pydantic
+from openai.types.responses import ResponseStreamEvent
 
 from services import local_chat
+from services.gateway.chat.events import KINDS
 from services.launcher import Stack
 from tests.harness import free_port, started_stack
 
@@ -69,3 +74,19 @@ def facts_store(sdk: openai.OpenAI) -> str:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     return store.id
+
+
+# The SDK's stream event types, by their `type`.
+SDK_EVENTS: dict[str, type[pydantic.BaseModel]] = {
+    typing.get_args(model.model_fields["type"].annotation)[0]: model
+    for model in typing.get_args(typing.get_args(ResponseStreamEvent)[0])
+}
+SDK_EVENT: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(ResponseStreamEvent)
+
+
+def check_event(event: dict[str, Any]) -> None:
+    """A stream event has exactly the fields of its kind's type (services/gateway/chat/
+    events.py), in their order, and the SDK reads it as its own type of that kind."""
+    kind = KINDS[event["type"]]
+    assert list(event) == list(typing.get_type_hints(kind)), event
+    assert type(SDK_EVENT.validate_python(event)) is SDK_EVENTS[event["type"]]

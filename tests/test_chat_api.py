@@ -21,7 +21,7 @@ from openai.types.responses import ResponseError
 
 from services.cli.main import cli
 from services.launcher import Stack
-from tests.chat_fixtures import CHAT_CONTEXT, chat_upstream, facts_store
+from tests.chat_fixtures import CHAT_CONTEXT, chat_upstream, check_event, facts_store
 from tests.harness import started_stack, wait_ready
 from tests.store_fixtures import check_conversation_invariants
 
@@ -299,6 +299,67 @@ def test_a_streamed_response_sends_openai_events_in_order(
     assert sdk.responses.retrieve(final.id).output_text == deltas
 
 
+def test_a_streamed_response_is_in_progress_until_it_ends(sdk: openai.OpenAI) -> None:
+    """Issue 30.7: GET shows a streaming response in progress (not a 404), then as it ended
+    with the output ids the stream sent; its turn joins the conversation only at its end."""
+    conversation = sdk.conversations.create().id
+    stream = sdk.responses.create(
+        model="smollm2",
+        input="Count from one to fifty in words.",
+        conversation=conversation,
+        temperature=0,
+        stream=True,
+    )
+    assert isinstance(stream, openai.Stream)
+    during = None
+    with stream:
+        events: list[Any] = []
+        for event in stream:
+            events.append(event)
+            if event.type == "response.output_text.delta" and during is None:
+                response_id = events[0].response.id
+                during = sdk.responses.retrieve(response_id)
+                assert sdk.conversations.items.list(conversation).data == []
+                with pytest.raises(openai.ConflictError):
+                    sdk.responses.retrieve(response_id, stream=True).close()
+    assert during is not None
+    assert during.status == "in_progress" and during.output == [] and during.usage is None
+    assert during.completed_at is None and during.conversation
+    assert during.conversation.id == conversation
+    assert during.model == events[0].response.model
+    final = events[-1].response
+    after = sdk.responses.retrieve(response_id)
+    assert after.status == final.status and after.status in ("completed", "incomplete")
+    streamed = [e.item.id for e in events if e.type == "response.output_item.added"]
+    assert [item.id for item in after.output] == [item.id for item in final.output] == streamed
+    items: list[Any] = list(sdk.conversations.items.list(conversation, order="asc"))
+    assert [item.role for item in items] == ["user", "assistant"]
+    assert items[1].id == after.output[-1].id
+
+
+def test_a_response_deleted_while_it_streams_is_not_recorded(sdk: openai.OpenAI) -> None:
+    conversation = sdk.conversations.create().id
+    stream = sdk.responses.create(
+        model="smollm2",
+        input="Say hello.",
+        conversation=conversation,
+        max_output_tokens=16,
+        stream=True,
+    )
+    assert isinstance(stream, openai.Stream)
+    with stream:
+        events: list[Any] = []
+        for event in stream:
+            events.append(event)
+            if event.type == "response.created":
+                sdk.responses.delete(event.response.id)
+    # The client reads its whole reply; nothing of it is kept.
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    with pytest.raises(openai.NotFoundError):
+        sdk.responses.retrieve(events[0].response.id)
+    assert sdk.conversations.items.list(conversation).data == []
+
+
 def test_responses_use_the_sdk_types_fields(sdk: openai.OpenAI) -> None:
     """Issue 30.7: completed_at as OpenAI sets it, the usage counts ResponseUsage requires."""
     for limit in (16, None):
@@ -442,7 +503,9 @@ def test_chat_completions_pass_through_and_persist(sdk: openai.OpenAI, http: htt
 def sse_events(response: httpx.Response) -> Iterator[dict[str, Any]]:
     for line in response.iter_lines():
         if line.startswith("data:"):
-            yield json.loads(line[5:])
+            event = json.loads(line[5:])
+            check_event(event)
+            yield event
 
 
 @pytest.mark.parametrize(
@@ -638,8 +701,9 @@ def test_a_client_that_leaves_mid_stream_keeps_an_incomplete_reply(http: httpx.C
                 response_id = event["response"]["id"]
             if event["type"] == "response.output_text.delta":
                 break
+    # In progress until the gateway records what was sent.
     deadline = time.monotonic() + 30
-    while (stored := http.get(f"/v1/responses/{response_id}")).status_code == 404:
+    while (stored := http.get(f"/v1/responses/{response_id}")).json()["status"] == "in_progress":
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert stored.json()["status"] == "incomplete"

@@ -1,5 +1,6 @@
-"""Background responses in the store: started with their input under a lease, renewed,
-cancelled, recorded over their pending row, and ended as failed when the lease runs out."""
+"""Background (and streamed) responses in the store: started with their input under a lease,
+renewed, cancelled, recorded over their pending row (not once deleted), and ended as failed
+when the lease runs out."""
 
 from __future__ import annotations
 
@@ -103,6 +104,20 @@ def test_deleting_a_background_response_under_way_drops_it(repo: Repository) -> 
     repo.delete_response("resp_background6")
     with pytest.raises(ResponseNotFound):
         repo.renew_response("resp_background6", "", 30)
+    # Its gateway's record, made before it learnt, is refused: the delete stands.
+    ended = NewResponse(
+        id="resp_background6",
+        created_at=10.0,
+        completed_at=11.0,
+        status="completed",
+        model="m",
+        inputs=(QUESTION,),
+        started=True,
+    )
+    with pytest.raises(ResponseNotFound):
+        repo.record_response(ended)
+    with pytest.raises(ResponseNotFound):
+        repo.get_response("resp_background6")
 
 
 def test_bad_starts_are_refused(repo: Repository) -> None:

@@ -33,7 +33,7 @@ def message(role: str, text: str) -> NewItem:
     return NewItem("message", json.dumps({"content": [part]}), role=role, text=text)
 
 
-def turn(clock: FakeClock, response_id: str, words: str, **fields: str) -> NewResponse:
+def turn(clock: FakeClock, response_id: str, words: str, **ids: str) -> NewResponse:
     return NewResponse(
         id=response_id,
         created_at=clock(),
@@ -42,7 +42,8 @@ def turn(clock: FakeClock, response_id: str, words: str, **fields: str) -> NewRe
         model="smollm2",
         inputs=(message("user", f"question about {words}"),),
         outputs=(message("assistant", f"answer about {words}"),),
-        **fields,
+        conversation_id=ids.get("conversation_id", ""),
+        previous_response_id=ids.get("previous_response_id", ""),
     )
 
 

@@ -8,9 +8,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from services.common.vocabulary import COMPLETED, FAILED, INCOMPLETE
+from services.common.vocabulary import COMPLETED
 from services.gateway.chat.outputs import RESULTS
-from services.gateway.chat.settings import ResponseSettings
+from services.gateway.chat.settings import Failure, Incomplete, ResponseSettings, Usage, ending
 from services.pb import store_pb2
 
 
@@ -90,31 +90,22 @@ def response_error(code: str | None, message: str) -> dict[str, Any]:
     return {"code": theirs, "message": message if ours == theirs else f"{ours}: {message}"}
 
 
-def _error(problem: dict[str, Any] | None) -> dict[str, Any] | None:
+def _error(problem: Failure | None) -> dict[str, Any] | None:
     """The store keeps our code; OpenAI's is derived when rendered."""
-    if not problem:
-        return None
-    return response_error(problem.get("code"), str(problem.get("message", "")))
+    return response_error(problem["code"], problem["message"]) if problem else None
 
 
-def _usage(counts: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Null when the upstream reported no tokens (not zeros); every count the SDK's
-    ResponseUsage requires, for records written before it had them."""
-    if not counts or not counts.get("total_tokens"):
-        return None
-    read = {"cached_tokens": 0, "cache_write_tokens": 0}
-    read.update(counts.get("input_tokens_details") or {})
-    written = {"reasoning_tokens": 0}
-    written.update(counts.get("output_tokens_details") or {})
-    return {**counts, "input_tokens_details": read, "output_tokens_details": written}
+def _usage(counts: Usage | None) -> dict[str, Any] | None:
+    """Null when the upstream reported no tokens (not zeros)."""
+    return counts.model_dump() if counts and counts.total_tokens else None
 
 
-def _incomplete(details: dict[str, Any] | None) -> dict[str, Any] | None:
+def _incomplete(details: Incomplete | None) -> dict[str, Any] | None:
     """OpenAI's reason, or null with ours in the extension `ragd_reason` (a client that went
     away has no OpenAI counterpart)."""
     if not details:
         return None
-    reason = details.get("reason")
+    reason = details["reason"] or None
     if reason in _INCOMPLETE_REASONS:
         return {"reason": reason}
     return {"reason": None, "ragd_reason": reason}
@@ -130,9 +121,9 @@ def response(
     previous_response_id: str,
     conversation_id: str,
     outputs: Sequence[dict[str, Any]],
-    usage: dict[str, Any] | None,
-    error: dict[str, Any] | None,
-    incomplete: dict[str, Any] | None,
+    usage: Usage | None,
+    error: Failure | None,
+    incomplete: Incomplete | None,
     completed_at: float | None = None,
 ) -> dict[str, Any]:
     """OpenAI's response object, for a turn under way and for one read back."""
@@ -176,7 +167,7 @@ def response(
 def stored_response(record: store_pb2.ResponseRecord, include: Sequence[str]) -> dict[str, Any]:
     """A stored response as OpenAI's object; file_search results only if `include` asks
     (as OpenAI's GET does, whatever the create request asked for)."""
-    problem = json.loads(record.error_json or "{}") or None
+    error, incomplete = ending(record.error_json, record.status)
     return response(
         id=record.id,
         created_at=record.created_at,
@@ -186,9 +177,9 @@ def stored_response(record: store_pb2.ResponseRecord, include: Sequence[str]) ->
         previous_response_id=record.previous_response_id,
         conversation_id=record.conversation_id,
         outputs=[item(stored, RESULTS in include) for stored in record.outputs],
-        usage=json.loads(record.usage_json or "{}") or None,
-        error=problem if record.status == FAILED else None,
-        incomplete=problem if record.status == INCOMPLETE else None,
+        usage=Usage.read(record.usage_json),
+        error=error,
+        incomplete=incomplete,
         completed_at=record.completed_at or None,
     )
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from starlette.responses import StreamingResponse
 from starlette.types import Send
+
+from services.gateway.chat.events import Event
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -28,7 +29,7 @@ class ClosingStream(StreamingResponse):
             await self._source.aclose()
 
 
-async def server_sent_events(events: AsyncGenerator[dict[str, Any]]) -> AsyncGenerator[bytes]:
+async def server_sent_events(events: AsyncGenerator[Event]) -> AsyncGenerator[bytes]:
     """OpenAI's Responses stream: `event: <type>` and the event as JSON, per event."""
     try:
         async for event in events:

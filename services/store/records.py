@@ -525,6 +525,8 @@ class NewResponse:
     previous_response_id: str = ""
     inputs: tuple[NewItem, ...] = ()
     outputs: tuple[NewItem, ...] = ()
+    # Started (a pending row stands for it): recorded only in place of that row.
+    started: bool = False
 
 
 @dataclass(frozen=True)

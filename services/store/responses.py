@@ -6,10 +6,11 @@ and records it once the turn has ended, completed or not: the user's input, ever
 and the response's status land together, so a turn is never half written. A retried record of
 the same id is refused (ResponseExists) and changes nothing.
 
-A background response is started before its turn runs (`start`): a pending row stands for it
-(GET shows it queued or in progress) with its input, under a lease the gateway running it
-renews (`renew`). Its record replaces the pending row in the same transaction. A cancel ends it
-at once as cancelled (the gateway learns it at its next renewal and stops); a lease that runs
+A background response, or a streamed one, is started before its turn runs (`start`): a
+pending row stands for it (GET shows it queued or in progress) with its input, under a lease
+the gateway running it renews (`renew`). Its record replaces the pending row in the same
+transaction (none left: it was deleted meanwhile, and is not recorded). A cancel ends it at
+once as cancelled (the gateway learns it at its next renewal and stops); a lease that runs
 out (the gateway died mid-turn) ends it as failed, when it is next read or at the store's
 start (`expire`), so no response stays in progress forever.
 """
@@ -122,8 +123,11 @@ def record(
     with atomic(conn):
         if conn.execute("SELECT 1 FROM responses WHERE public_id = ?", (response.id,)).fetchone():
             raise ResponseExists(f"response {response.id!r} is recorded already")
-        # A background response's record replaces its pending row.
+        # A started response's record replaces its pending row; with no row left, it was
+        # deleted while its turn ran, and stays deleted.
         conn.execute("DELETE FROM pending_responses WHERE public_id = ?", (response.id,))
+        if response.started and not conn.changes():
+            raise ResponseNotFound(response.id)
         conversation = None
         if response.conversation_id:
             conversation = conversations.lookup(conn, response.conversation_id)[0]

@@ -2,10 +2,10 @@
 survives its client; polled with GET, cancelled, and its events replayed and followed.
 
 The store holds the response from the start (queued, then in progress, with its input) under
-a lease this gateway renews while the turn runs; the turn's record ends it. A cancel reaches
-the store first (whichever gateway takes it) and this gateway learns it at its next renewal,
-or at once when the cancel comes to it. A gateway that dies mid-turn stops renewing: the store
-ends the response as failed once the lease runs out.
+a lease this gateway renews while the turn runs (chat/lease.py); the turn's record ends it. A
+cancel reaches the store first (whichever gateway takes it) and this gateway learns it at its
+next renewal, or at once when the cancel comes to it. A gateway that dies mid-turn stops
+renewing: the store ends the response as failed once the lease runs out.
 
 The events of a run are kept here, in memory, while it runs and for KEEP_SECONDS after;
 another gateway, or this one later, replays a finished response from its record instead.
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import json
 import logging
 import time
@@ -28,12 +30,19 @@ from services.common.vocabulary import (
     FAILED,
     IN_PROGRESS,
     INCOMPLETE,
-    PENDING_RESPONSE_STATUSES,
-    QUEUED,
 )
-from services.gateway import errors
 from services.gateway.chat import record
-from services.gateway.chat.outputs import Event
+from services.gateway.chat.events import (
+    Event,
+    OutputItemAdded,
+    OutputItemDone,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseFailed,
+    ResponseIncomplete,
+    ResponseInProgress,
+)
+from services.gateway.chat.lease import Leases
 from services.gateway.chat.turn import Turn
 from services.gateway.clients import Store
 from services.pb import store_pb2
@@ -59,23 +68,22 @@ class Run:
 class BackgroundRuns:
     def __init__(self, store: Store, lease_seconds: float) -> None:
         self._store = store
-        self._lease = lease_seconds
+        # Streamed turns are held under the same lease (routes/responses.py).
+        self.leases = Leases(store, lease_seconds)
         self._runs: dict[str, Run] = {}
 
     async def start(self, turn: Turn) -> None:
         """Records the response as queued with its input, then runs the turn apart."""
-        request = turn.record_request()
-        request.status = QUEUED
-        await self._store.StartResponse(
-            store_pb2.StartResponseRequest(response=request, lease_seconds=self._lease)
-        )
+        await self.leases.start(turn)
         self._forget_old()
         run = Run(turn)
         self._runs[turn.id] = run
         run.task = asyncio.create_task(self._run(run), name=f"background {turn.id}")
 
     async def _run(self, run: Run) -> None:
-        renewing = asyncio.create_task(self._renew(run))
+        # The first renewal, at once, says the turn is in progress.
+        stop = functools.partial(self._stop, run)
+        renewing = asyncio.create_task(self.leases.hold(run.turn, stop, at_once=True))
         try:
             async with contextlib.aclosing(run.turn.events(stream=True)) as events:
                 async for event in events:
@@ -94,31 +102,6 @@ class BackgroundRuns:
         run.events.append(event)
         async with run.changed:
             run.changed.notify_all()
-
-    async def _renew(self, run: Run) -> None:
-        """Holds the lease while the turn runs (the first renewal, at once, says it is in
-        progress); stops the turn if it was cancelled or deleted."""
-        first = True
-        while True:
-            if not first:
-                await asyncio.sleep(self._lease / 3)
-            first = False
-            try:
-                reply = await self._store.RenewResponse(
-                    store_pb2.RenewResponseRequest(
-                        id=run.turn.id, lease_seconds=self._lease, status=IN_PROGRESS
-                    )
-                )
-            except errors.NotFound:
-                self._stop(run, "deleted")
-                return
-            except errors.ApiError as error:
-                # The store is away: try again; the lease has room for a missed renewal.
-                log.warning("could not renew %s: %s", run.turn.id, error.message)
-                continue
-            if reply.status not in PENDING_RESPONSE_STATUSES:
-                self._stop(run, "cancelled")
-                return
 
     def _stop(self, run: Run, why: str) -> None:
         run.turn.stop = why
@@ -170,23 +153,48 @@ def replayed(response: dict[str, Any], after: int) -> list[Event]:
     """The events of a finished response rebuilt from its record (its run's own events are
     gone): created, each output item added and done, and the final event."""
     shell = {**response, "status": IN_PROGRESS, "output": []}
+    numbers = itertools.count()
+    # Numbered last, as the events were before they were typed (the same bytes).
     events: list[Event] = [
-        {"type": "response.created", "response": shell},
-        {"type": "response.in_progress", "response": shell},
+        ResponseCreated(type="response.created", response=shell, sequence_number=next(numbers)),
+        ResponseInProgress(
+            type="response.in_progress", response=shell, sequence_number=next(numbers)
+        ),
     ]
     for index, item in enumerate(response["output"]):
         started = json.loads(json.dumps(item))
         events.append(
-            {"type": "response.output_item.added", "output_index": index, "item": started}
+            OutputItemAdded(
+                type="response.output_item.added",
+                output_index=index,
+                item=started,
+                sequence_number=next(numbers),
+            )
         )
-        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+        events.append(
+            OutputItemDone(
+                type="response.output_item.done",
+                output_index=index,
+                item=item,
+                sequence_number=next(numbers),
+            )
+        )
     # A cancelled response ends without a final event, as its live stream did.
-    final = {
-        COMPLETED: "response.completed",
-        FAILED: "response.failed",
-        INCOMPLETE: "response.incomplete",
-    }.get(response["status"])
-    if final:
-        events.append({"type": final, "response": response})
-    numbered = [{**event, "sequence_number": n} for n, event in enumerate(events)]
-    return numbered[after + 1 :]
+    status = response["status"]
+    if status == COMPLETED:
+        events.append(
+            ResponseCompleted(
+                type="response.completed", response=response, sequence_number=next(numbers)
+            )
+        )
+    elif status == FAILED:
+        events.append(
+            ResponseFailed(type="response.failed", response=response, sequence_number=next(numbers))
+        )
+    elif status == INCOMPLETE:
+        events.append(
+            ResponseIncomplete(
+                type="response.incomplete", response=response, sequence_number=next(numbers)
+            )
+        )
+    return events[after + 1 :]

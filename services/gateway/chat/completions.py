@@ -18,13 +18,14 @@ import httpx
 from services.common.vocabulary import COMPLETED, FAILED, INCOMPLETE, MAX_NEW_ITEMS, ROLES
 from services.gateway import errors
 from services.gateway.chat.items import ChatItem, message, parse_items
-from services.gateway.chat.record import in_background, record, usage
+from services.gateway.chat.record import in_background, record
+from services.gateway.chat.settings import Failure, ResponseSettings, Usage
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
 from services.pb import store_pb2
 
-# Sampling settings kept with a recorded turn.
-_SETTINGS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "seed", "stop")
+# Sampling settings kept with a recorded turn (those a response shows).
+_SETTINGS = ("temperature", "top_p")
 
 
 def check(body: dict[str, Any], *, recorded: bool = False) -> list[dict[str, Any]]:
@@ -88,20 +89,20 @@ class Recording:
     store: Store
     conversation_id: str
     model: str
-    settings: dict[str, Any]
+    settings: ResponseSettings
     inputs: list[ChatItem]
     id: str = field(default_factory=lambda: "resp_" + secrets.token_hex(24))
     created_at: float = field(default_factory=time.time)
     text: str = ""
     reasoning: str = ""
     finish: str = ""
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
     done: bool = False
 
     def absorb(self, completion: dict[str, Any]) -> None:
         """A whole completion, or one streamed chunk of it."""
         if completion.get("usage"):
-            self.usage = usage(completion["usage"])
+            self.usage = Usage.upstream(completion["usage"])
         for choice in completion.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -110,7 +111,7 @@ class Recording:
             self.reasoning += str(part.get("reasoning_content") or "")
             self.finish = str(choice.get("finish_reason") or self.finish)
 
-    async def finish_with(self, status: str, error: dict[str, Any] | None = None) -> None:
+    async def finish_with(self, status: str, error: Failure | None = None) -> None:
         if self.done:
             return
         self.done = True
@@ -128,14 +129,19 @@ class Recording:
                 completed_at=time.time(),
                 status=status,
                 model=self.model,
-                settings_json=json.dumps({**self.settings, "api": "chat.completions"}),
-                usage_json=json.dumps(self.usage),
+                settings_json=self.settings.json_text(),
+                usage_json=self.usage.json_text() if self.usage else "{}",
                 error_json=json.dumps(error or {}),
                 conversation_id=self.conversation_id,
                 inputs=[item.message() for item in self.inputs],
                 outputs=[item.message() for item in outputs],
             ),
         )
+
+    async def fail(self, error: errors.ApiError) -> None:
+        """Recorded as failed, with the upstream's failure."""
+        code = error.code or "server_error"
+        await self.finish_with(FAILED, Failure(code=code, message=error.message))
 
     def status(self) -> str:
         return INCOMPLETE if self.finish == "length" else COMPLETED
@@ -148,7 +154,9 @@ def recording(
         store=store,
         conversation_id=conversation_id,
         model=str(body.get("model") or ""),
-        settings={name: body[name] for name in _SETTINGS if name in body},
+        settings=ResponseSettings.of(
+            {"api": "chat.completions", **{name: body[name] for name in _SETTINGS if name in body}}
+        ),
         inputs=new_items(messages),
     )
 
@@ -165,7 +173,7 @@ async def complete(
             await reply.aclose()
     except errors.ApiError as error:
         if turn is not None:
-            await turn.finish_with(FAILED, {"code": error.code, "message": error.message})
+            await turn.fail(error)
         raise
     if turn is not None:
         turn.absorb(completion)
@@ -188,7 +196,7 @@ async def relay(reply: httpx.Response, turn: Recording | None) -> AsyncGenerator
             yield (line + "\n").encode()
     except httpx.HTTPError as error:
         if turn is not None:
-            await turn.finish_with(FAILED, {"code": "bad_gateway", "message": str(error)})
+            await turn.finish_with(FAILED, Failure(code="bad_gateway", message=str(error)))
         failure = {
             "error": {"message": f"the chat upstream failed: {error}", "type": "server_error"}
         }

@@ -16,11 +16,24 @@ from typing import Any
 from services.common.vocabulary import COMPLETED, IN_PROGRESS, INCOMPLETE
 from services.gateway.chat import context
 from services.gateway.chat.context import Passage
+from services.gateway.chat.events import (
+    AnnotationAdded,
+    ArgumentsDelta,
+    ArgumentsDone,
+    ContentPartAdded,
+    ContentPartDone,
+    Event,
+    FileSearchCompleted,
+    FileSearchInProgress,
+    FileSearchSearching,
+    OutputItemAdded,
+    OutputItemDone,
+    TextDelta,
+    TextDone,
+)
 from services.gateway.chat.items import HEAD, ChatItem
 
 RESULTS = "file_search_call.results"
-
-Event = dict[str, Any]
 
 
 @dataclass
@@ -63,13 +76,26 @@ class Outputs:
     # file_search results by item id: stored whether or not the response shows them.
     results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
-    def event(self, kind: str, **fields: Any) -> Event:
+    def number(self) -> int:
+        """The next event's sequence number."""
         self.sequence += 1
-        return {"type": kind, "sequence_number": self.sequence - 1, **fields}
+        return self.sequence - 1
 
-    def _part_event(self, kind: str, item: dict[str, Any], index: int, **fields: Any) -> Event:
-        """An event about the message's one content part (its text)."""
-        return self.event(kind, item_id=item["id"], output_index=index, content_index=0, **fields)
+    def added(self, index: int, item: dict[str, Any]) -> OutputItemAdded:
+        return OutputItemAdded(
+            type="response.output_item.added",
+            sequence_number=self.number(),
+            output_index=index,
+            item=item,
+        )
+
+    def done(self, index: int, item: dict[str, Any]) -> OutputItemDone:
+        return OutputItemDone(
+            type="response.output_item.done",
+            sequence_number=self.number(),
+            output_index=index,
+            item=item,
+        )
 
     def search(self, queries: list[str], item_id: str = "") -> dict[str, Any]:
         """A file_search_call item, in progress."""
@@ -85,11 +111,19 @@ class Outputs:
 
     def search_started(self, item: dict[str, Any]) -> Iterator[Event]:
         index = self.items.index(item)
-        yield self.event("response.output_item.added", output_index=index, item=dict(item))
-        for phase in ("in_progress", "searching"):
-            yield self.event(
-                f"response.file_search_call.{phase}", output_index=index, item_id=item["id"]
-            )
+        yield self.added(index, dict(item))
+        yield FileSearchInProgress(
+            type="response.file_search_call.in_progress",
+            sequence_number=self.number(),
+            output_index=index,
+            item_id=item["id"],
+        )
+        yield FileSearchSearching(
+            type="response.file_search_call.searching",
+            sequence_number=self.number(),
+            output_index=index,
+            item_id=item["id"],
+        )
 
     def search_done(
         self, item: dict[str, Any], results: list[dict[str, Any]], degraded: bool
@@ -101,13 +135,35 @@ class Outputs:
         item["ragd_degraded"] = degraded
         if RESULTS in self.include:
             item["results"] = results
-        yield self.event(
-            "response.file_search_call.completed", output_index=index, item_id=item["id"]
+        yield FileSearchCompleted(
+            type="response.file_search_call.completed",
+            sequence_number=self.number(),
+            output_index=index,
+            item_id=item["id"],
         )
-        yield self.event("response.output_item.done", output_index=index, item=dict(item))
+        yield self.done(index, dict(item))
 
     def text(self, current: Round, piece: str, logprobs: list[Any]) -> Iterator[Event]:
         """A piece of the message's text (the message opened at its first)."""
+        yield from self.open_message(current)
+        item = current.message
+        assert item is not None
+        part = item["content"][0]
+        part["text"] += piece
+        shown = [_logprob(entry) for entry in logprobs if isinstance(entry, dict)]
+        part["logprobs"] += shown
+        yield TextDelta(
+            type="response.output_text.delta",
+            sequence_number=self.number(),
+            item_id=item["id"],
+            output_index=current.index,
+            content_index=0,
+            delta=piece,
+            logprobs=shown,
+        )
+
+    def open_message(self, current: Round) -> Iterator[Event]:
+        """The round's message and its one content part (its text) added, unless they are."""
         if current.message is None:
             item: dict[str, Any] = {
                 "id": "msg_" + secrets.token_hex(16),
@@ -118,22 +174,17 @@ class Outputs:
             }
             current.message, current.index, current.wrote = item, len(self.items), True
             self.items.append(item)
-            yield self.event(
-                "response.output_item.added", output_index=current.index, item=dict(item)
-            )
+            yield self.added(current.index, dict(item))
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
             item["content"].append(part)
-            yield self._part_event(
-                "response.content_part.added", item, current.index, part=dict(part)
+            yield ContentPartAdded(
+                type="response.content_part.added",
+                sequence_number=self.number(),
+                item_id=item["id"],
+                output_index=current.index,
+                content_index=0,
+                part=dict(part),
             )
-        item = current.message
-        part = item["content"][0]
-        part["text"] += piece
-        shown = [_logprob(entry) for entry in logprobs if isinstance(entry, dict)]
-        part["logprobs"] += shown
-        yield self._part_event(
-            "response.output_text.delta", item, current.index, delta=piece, logprobs=shown
-        )
 
     def close_message(
         self, current: Round, status: str, passages: Sequence[Passage], question: str
@@ -147,19 +198,34 @@ class Outputs:
         text = part["text"]
         part["annotations"] = context.citations(text, passages, question)
         item["status"] = status
-        yield self._part_event(
-            "response.output_text.done", item, index, text=text, logprobs=part["logprobs"]
+        yield TextDone(
+            type="response.output_text.done",
+            sequence_number=self.number(),
+            item_id=item["id"],
+            output_index=index,
+            content_index=0,
+            text=text,
+            logprobs=part["logprobs"],
         )
         for number, annotation in enumerate(part["annotations"]):
-            yield self._part_event(
-                "response.output_text.annotation.added",
-                item,
-                index,
+            yield AnnotationAdded(
+                type="response.output_text.annotation.added",
+                sequence_number=self.number(),
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
                 annotation_index=number,
                 annotation=annotation,
             )
-        yield self._part_event("response.content_part.done", item, index, part=part)
-        yield self.event("response.output_item.done", output_index=index, item=item)
+        yield ContentPartDone(
+            type="response.content_part.done",
+            sequence_number=self.number(),
+            item_id=item["id"],
+            output_index=index,
+            content_index=0,
+            part=part,
+        )
+        yield self.done(index, item)
 
     def call_delta(
         self, current: Round, delta: dict[str, Any], passages: Sequence[Passage], question: str
@@ -190,17 +256,16 @@ class Outputs:
                 }
                 call.index = len(self.items)
                 self.items.append(call.item)
-                yield self.event(
-                    "response.output_item.added", output_index=call.index, item=dict(call.item)
-                )
+                yield self.added(call.index, dict(call.item))
         piece = str(function.get("arguments") or "")
         if not piece:
             return
         call.arguments += piece
         if call.item is not None:
             call.item["arguments"] = call.arguments
-            yield self.event(
-                "response.function_call_arguments.delta",
+            yield ArgumentsDelta(
+                type="response.function_call_arguments.delta",
+                sequence_number=self.number(),
                 item_id=call.item["id"],
                 output_index=call.index,
                 delta=piece,
@@ -215,14 +280,15 @@ class Outputs:
             if call.item is None:
                 continue
             call.item["status"] = status
-            yield self.event(
-                "response.function_call_arguments.done",
+            yield ArgumentsDone(
+                type="response.function_call_arguments.done",
+                sequence_number=self.number(),
                 item_id=call.item["id"],
                 output_index=call.index,
                 name=call.name,
                 arguments=call.arguments,
             )
-            yield self.event("response.output_item.done", output_index=call.index, item=call.item)
+            yield self.done(call.index, call.item)
         if current.reasoning:
             # Upstreams that think aloud send it apart from the answer (reasoning_content).
             thought = {
@@ -234,14 +300,12 @@ class Outputs:
             }
             index = len(self.items)
             self.items.append(thought)
-            for kind in ("response.output_item.added", "response.output_item.done"):
-                yield self.event(kind, output_index=index, item=thought)
+            yield self.added(index, thought)
+            yield self.done(index, thought)
 
     def empty_answer(self, current: Round) -> Iterator[Event]:
         """A reply with neither text nor calls is still an (empty) assistant message."""
-        for event in self.text(current, "", []):
-            if event["type"] != "response.output_text.delta":
-                yield event
+        yield from self.open_message(current)
         yield from self.close_message(current, COMPLETED, [], "")
 
     def interrupted(self) -> None:

@@ -1,6 +1,5 @@
 """Writing a finished turn to the store: one RecordResponse, retried for a while when the
-store is down (a kill of the store mid-reply must not lose the turn), and the token usage in
-the Responses API's words."""
+store is down (a kill of the store mid-reply must not lose the turn)."""
 
 from __future__ import annotations
 
@@ -32,6 +31,10 @@ async def record(store: Store, request: store_pb2.RecordResponseRequest) -> None
         except errors.Conflict:
             return  # an earlier attempt landed, and only its answer was lost
         except errors.ApiError as error:
+            if isinstance(error, errors.NotFound) and request.started:
+                # Deleted while its turn ran (or what it joins was).
+                log.info("response %s not recorded: %s", request.id, error.message)
+                return
             if not errors.is_transient(error) or time.monotonic() > deadline:
                 log.error("could not record response %s: %s", request.id, error.message)
                 return
@@ -50,18 +53,3 @@ async def settle(timeout: float) -> None:
     """Waits up to `timeout` seconds for the writes still under way (at shutdown)."""
     if _PENDING:
         await asyncio.wait(list(_PENDING), timeout=timeout)
-
-
-def usage(raw: dict[str, Any]) -> dict[str, Any]:
-    """A chat completion's usage as a response's."""
-    prompt, completion = int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0)
-    reasoning = int((raw.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0)
-    read = raw.get("prompt_tokens_details") or {}
-    cached, written = int(read.get("cached_tokens") or 0), int(read.get("cache_write_tokens") or 0)
-    return {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": written},
-        "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": reasoning},
-        "total_tokens": prompt + completion,
-    }

@@ -1,17 +1,20 @@
-"""What a stored response keeps of its request, typed from the turn to the store and back.
+"""What a stored response keeps of its request, and its token usage, typed from the turn to
+the store and back.
 
-The store keeps the settings as opaque JSON (it reads none of them); the gateway writes them
-from a ResponseSettings and reads them back into one, so a setting is named once, here. A
-record written by an older gateway or by the chat-completions passthrough may lack settings
-or hold values of another shape: those read as their defaults rather than failing a GET.
+The store keeps both as opaque JSON (it reads none of them); the gateway writes them from a
+ResponseSettings and a Usage and reads them back into one, so a setting or a count is named
+once, here. A record written by an older gateway may lack some or hold values of another
+shape: those read as their defaults rather than failing a GET.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self, TypedDict
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from services.common.vocabulary import FAILED, INCOMPLETE
 
 if TYPE_CHECKING:
     from services.gateway.chat.turn import TurnRequest
@@ -50,19 +53,124 @@ class ResponseSettings(BaseModel):
         return self.model_dump_json()
 
     @classmethod
-    def read(cls, text: str) -> ResponseSettings:
+    def read(cls, text: str) -> Self:
         """A record's settings; a value of another shape reads as its default."""
         try:
             raw = json.loads(text or "{}")
         except ValueError:
             raw = {}
-        if not isinstance(raw, dict):
-            raw = {}
+        return cls.of(raw if isinstance(raw, dict) else {})
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Self:
+        """From JSON: a value of another shape is its default."""
         try:
             return cls.model_validate(raw)
         except ValidationError as error:
             wrong = {str(problem["loc"][0]) for problem in error.errors() if problem["loc"]}
             return cls.model_validate({k: v for k, v in raw.items() if k not in wrong})
+
+
+class Failure(TypedDict):
+    """Why a turn failed, as the store keeps it: our code (OpenAI's is derived when it is
+    rendered: objects_chat.response_error) and the message."""
+
+    code: str
+    message: str
+
+
+class Incomplete(TypedDict):
+    """Why a reply was cut off: OpenAI's reason, or ours (client_disconnected)."""
+
+    reason: str
+
+
+def ending(text: str, status: str) -> tuple[Failure | None, Incomplete | None]:
+    """A record's failure or cut-off, kept as one JSON object whose shape its status says."""
+    try:
+        raw = json.loads(text or "{}")
+    except ValueError:
+        raw = {}
+    if not isinstance(raw, dict) or not raw:
+        return None, None
+    if status == FAILED:
+        code = str(raw.get("code") or "server_error")
+        return Failure(code=code, message=str(raw.get("message", ""))), None
+    if status == INCOMPLETE:
+        return None, Incomplete(reason=str(raw.get("reason") or ""))
+    return None, None
+
+
+class InputTokens(BaseModel):
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class OutputTokens(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class Usage(BaseModel):
+    """A response's token usage, OpenAI's ResponseUsage (summed over a turn's rounds)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input_tokens: int = 0
+    input_tokens_details: InputTokens = InputTokens()
+    output_tokens: int = 0
+    output_tokens_details: OutputTokens = OutputTokens()
+    total_tokens: int = 0
+
+    @classmethod
+    def upstream(cls, raw: dict[str, Any]) -> Usage:
+        """A chat completion's usage in the Responses API's words."""
+        prompt = int(raw.get("prompt_tokens") or 0)
+        completion = int(raw.get("completion_tokens") or 0)
+        read = raw.get("prompt_tokens_details") or {}
+        thought = raw.get("completion_tokens_details") or {}
+        return cls(
+            input_tokens=prompt,
+            input_tokens_details=InputTokens(
+                cached_tokens=int(read.get("cached_tokens") or 0),
+                cache_write_tokens=int(read.get("cache_write_tokens") or 0),
+            ),
+            output_tokens=completion,
+            output_tokens_details=OutputTokens(
+                reasoning_tokens=int(thought.get("reasoning_tokens") or 0)
+            ),
+            total_tokens=prompt + completion,
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        mine, theirs = self.input_tokens_details, other.input_tokens_details
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            input_tokens_details=InputTokens(
+                cached_tokens=mine.cached_tokens + theirs.cached_tokens,
+                cache_write_tokens=mine.cache_write_tokens + theirs.cache_write_tokens,
+            ),
+            output_tokens=self.output_tokens + other.output_tokens,
+            output_tokens_details=OutputTokens(
+                reasoning_tokens=self.output_tokens_details.reasoning_tokens
+                + other.output_tokens_details.reasoning_tokens
+            ),
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+    def json_text(self) -> str:
+        """As the store keeps it."""
+        return self.model_dump_json()
+
+    @classmethod
+    def read(cls, text: str) -> Usage | None:
+        """A record's usage; none when the upstream counted no tokens (an older record's
+        missing counts are zeros)."""
+        try:
+            raw = json.loads(text or "{}")
+            counted = cls.model_validate(raw if isinstance(raw, dict) else {})
+        except (ValueError, ValidationError):
+            return None
+        return counted if counted.total_tokens else None
 
 
 def settings(request: TurnRequest, dropped: int, reply_tokens: int | None) -> ResponseSettings:

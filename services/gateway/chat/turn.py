@@ -40,11 +40,21 @@ from services.common.vocabulary import (
 from services.gateway import errors, objects_chat
 from services.gateway.chat import context
 from services.gateway.chat.context import Passage
+from services.gateway.chat.events import (
+    Error,
+    Event,
+    ResponseCompleted,
+    ResponseCreated,
+    ResponseFailed,
+    ResponseIncomplete,
+    ResponseInProgress,
+    ResponseQueued,
+)
 from services.gateway.chat.items import ChatItem, check_calls, stored
-from services.gateway.chat.outputs import Call, Event, Outputs, Round
-from services.gateway.chat.record import in_background, record, usage
+from services.gateway.chat.outputs import Call, Outputs, Round
+from services.gateway.chat.record import in_background, record
 from services.gateway.chat.retrieval import file_search, question, user_query
-from services.gateway.chat.settings import settings
+from services.gateway.chat.settings import Failure, Incomplete, Usage, settings
 from services.gateway.chat.tools import FILE_SEARCH, Tools, search_queries
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.clients import Store
@@ -101,14 +111,15 @@ class Turn:
     hosted: bool = False
     searched: ChatItem | None = None
     outputs: Outputs = field(init=False)
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None
     status: str = IN_PROGRESS
-    error: dict[str, Any] | None = None
-    incomplete: dict[str, Any] | None = None
+    error: Failure | None = None
+    incomplete: Incomplete | None = None
     recorded: bool = False
     failure: errors.ApiError | None = None
-    # Why a background turn was stopped: "cancelled", "deleted" (nothing is recorded), or
-    # "shutdown" (the gateway stops: it ends as failed); "" for a turn whose client went away.
+    # Why a background turn was stopped: "cancelled", "deleted" (nothing is recorded; a
+    # streamed turn deleted goes on to its client, unrecorded), or "shutdown" (the gateway
+    # stops: it ends as failed); "" for a turn whose client went away.
     stop: str = ""
     # Every passage the model read in this turn, numbered for citations.
     passages: list[Passage] = field(default_factory=list)
@@ -116,6 +127,8 @@ class Turn:
     completed_at: float | None = None
     # The first round's limit on the reply, echoed as max_output_tokens.
     reply_tokens: int = 0
+    # The store holds the response while the turn runs (chat/lease.py).
+    started: bool = False
 
     def __post_init__(self) -> None:
         self.messages = list(self.prompt.messages)
@@ -135,7 +148,7 @@ class Turn:
             previous_response_id=self.request.previous_response_id,
             conversation_id=self.request.conversation_id,
             outputs=self.outputs.items,
-            usage=self.usage or None,
+            usage=self.usage,
             error=self.error,
             incomplete=self.incomplete,
             completed_at=self.completed_at,
@@ -145,30 +158,63 @@ class Turn:
         """OpenAI's stream events of this turn, and the turn recorded when it ends. A failure
         of the upstream ends the stream with `error` and `response.failed`, and is kept in
         `failure` for a caller that does not stream."""
+        outputs = self.outputs
         try:
-            yield self.outputs.event("response.created", response=self.response())
+            yield ResponseCreated(
+                type="response.created",
+                sequence_number=outputs.number(),
+                response=self.response(),
+            )
             if self.status == QUEUED:
-                yield self.outputs.event("response.queued", response=self.response())
+                yield ResponseQueued(
+                    type="response.queued",
+                    sequence_number=outputs.number(),
+                    response=self.response(),
+                )
                 self.status = IN_PROGRESS
-            yield self.outputs.event("response.in_progress", response=self.response())
+            yield ResponseInProgress(
+                type="response.in_progress",
+                sequence_number=outputs.number(),
+                response=self.response(),
+            )
             for event in self._search_events():
                 yield event
             async with contextlib.aclosing(self._rounds(stream)) as rounds:
                 async for event in rounds:
                     yield event
-            final = "response.completed" if self.status == COMPLETED else "response.incomplete"
             await self._record()
-            yield self.outputs.event(final, response=self.response())
+            if self.status == COMPLETED:
+                yield ResponseCompleted(
+                    type="response.completed",
+                    sequence_number=outputs.number(),
+                    response=self.response(),
+                )
+            else:
+                yield ResponseIncomplete(
+                    type="response.incomplete",
+                    sequence_number=outputs.number(),
+                    response=self.response(),
+                )
         except errors.ApiError as error:
             self.failure = error
             self.status = FAILED
-            self.error = {"code": error.code or "server_error", "message": error.message}
+            self.error = Failure(code=error.code or "server_error", message=error.message)
             # A reply cut off by a failure is not kept: the input and the failure are.
             self.outputs.items = [item for item in self.outputs.items if item["type"] != "message"]
             await self._record()
             shown = objects_chat.response_error(error.code, error.message)
-            yield self.outputs.event("error", param=error.param, **shown)
-            yield self.outputs.event("response.failed", response=self.response())
+            yield Error(
+                type="error",
+                sequence_number=outputs.number(),
+                param=error.param,
+                code=shown["code"],
+                message=shown["message"],
+            )
+            yield ResponseFailed(
+                type="response.failed",
+                sequence_number=outputs.number(),
+                response=self.response(),
+            )
         finally:
             if self.stop == "deleted":
                 self.recorded = True
@@ -179,13 +225,13 @@ class Turn:
                     self.status = CANCELLED
                 elif self.stop == "shutdown":
                     self.status = FAILED
-                    self.error = {
-                        "code": "server_error",
-                        "message": "the gateway stopped during this turn; send it again",
-                    }
+                    self.error = Failure(
+                        code="server_error",
+                        message="the gateway stopped during this turn; send it again",
+                    )
                 else:
                     self.status = INCOMPLETE
-                    self.incomplete = {"reason": "client_disconnected"}
+                    self.incomplete = Incomplete(reason="client_disconnected")
                 self.outputs.interrupted()
                 in_background(self._record())
 
@@ -222,7 +268,7 @@ class Turn:
             if cut or client_calls or not hosted:
                 self.status = INCOMPLETE if cut else COMPLETED
                 if cut:
-                    self.incomplete = {"reason": "max_output_tokens"}
+                    self.incomplete = Incomplete(reason="max_output_tokens")
                 if not current.wrote and not cut:
                     for event in self.outputs.empty_answer(current):
                         yield event
@@ -318,18 +364,8 @@ class Turn:
 
     def _count(self, raw: dict[str, Any]) -> None:
         """Token usage summed over the turn's rounds."""
-        added = usage(raw)
-        if not self.usage:
-            self.usage = added
-            return
-        for key in ("input_tokens", "output_tokens", "total_tokens"):
-            self.usage[key] += added[key]
-        for details, name in (
-            ("input_tokens_details", "cached_tokens"),
-            ("input_tokens_details", "cache_write_tokens"),
-            ("output_tokens_details", "reasoning_tokens"),
-        ):
-            self.usage[details][name] += added[details][name]
+        added = Usage.upstream(raw)
+        self.usage = added if self.usage is None else self.usage + added
 
     async def _run_searches(self, calls: Sequence[Call]) -> AsyncGenerator[Event]:
         """The model's file_search calls run here; their results go back to it."""
@@ -390,7 +426,8 @@ class Turn:
         """The whole turn in one store transaction (retried for a while if the store is down:
         a kill of the store mid-stream must not lose the turn)."""
         self.completed_at = self.completed_at or time.time()
-        if self.recorded or not self.request.store:
+        # A response deleted while its turn ran stays deleted.
+        if self.recorded or not self.request.store or self.stop == "deleted":
             self.recorded = True
             return
         self.recorded = True
@@ -406,12 +443,13 @@ class Turn:
             settings_json=settings(
                 self.request, self.prompt.dropped_items, self.reply_tokens
             ).json_text(),
-            usage_json=json.dumps(self.usage),
+            usage_json=self.usage.json_text() if self.usage else "{}",
             error_json=json.dumps(self.error or self.incomplete or {}),
             conversation_id=self.request.conversation_id,
             previous_response_id=self.request.previous_response_id,
             inputs=[item.message() for item in self.request.inputs],
             outputs=[item.message() for item in self.outputs.stored()],
+            started=self.started,
         )
 
 

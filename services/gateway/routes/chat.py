@@ -6,7 +6,6 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.common.vocabulary import FAILED
 from services.gateway import errors
 from services.gateway.chat import completions
 from services.gateway.operations import operation
@@ -50,7 +49,7 @@ async def chat_completions(request: Request) -> Response:
         reply = await chat.forward(body)
     except errors.ApiError as error:
         if turn is not None:
-            await turn.finish_with(FAILED, {"code": error.code, "message": error.message})
+            await turn.fail(error)
         raise
     response = ClosingStream(completions.relay(reply, turn), "text/event-stream")
     response.headers.update(headers)

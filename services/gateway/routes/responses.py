@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import replace
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,6 +13,7 @@ from services.common.vocabulary import PENDING_RESPONSE_STATUSES
 from services.gateway import errors, objects, objects_chat
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.chat.background import BackgroundRuns, replayed
+from services.gateway.chat.events import Event
 from services.gateway.chat.outputs import RESULTS
 from services.gateway.chat.requests import turn_request
 from services.gateway.chat.settings import ResponseSettings
@@ -90,7 +90,9 @@ async def create_response(request: Request) -> Response:
             return ClosingStream(server_sent_events(runs.follow(run, -1)), "text/event-stream")
         return JSONResponse(turn.response())
     if stream:
-        return ClosingStream(server_sent_events(turn.events(stream=True)), "text/event-stream")
+        # A stored response is readable (in progress) while it streams, as OpenAI's is.
+        events = _runs(deps).leases.streamed(turn) if asked.store else turn.events(stream=True)
+        return ClosingStream(server_sent_events(events), "text/event-stream")
     async for _ in turn.events(stream=False):
         pass
     if turn.failure is not None:
@@ -142,11 +144,12 @@ async def get_response(request: Request) -> Response:
         return JSONResponse(shown)
     if record.status in PENDING_RESPONSE_STATUSES:
         raise errors.Conflict(
-            f"response {response_id!r} runs on another gateway, which holds its events; poll "
-            "GET /v1/responses/{id} until it ends, then stream it"
+            f"response {response_id!r} is under way and its events are not kept here (a "
+            "background one's are on the gateway running it, a streamed one's go to its own "
+            "client); poll GET /v1/responses/{id} until it ends, then stream it"
         )
 
-    async def rebuilt() -> AsyncGenerator[dict[str, Any]]:
+    async def rebuilt() -> AsyncGenerator[Event]:
         for event in replayed(shown, after):
             yield event
 

@@ -291,6 +291,7 @@ def response_from_message(message: pb.RecordResponseRequest) -> NewResponse:
         previous_response_id=message.previous_response_id,
         inputs=tuple(new_items_from_message(message.inputs)),
         outputs=tuple(new_items_from_message(message.outputs)),
+        started=message.started,
     )
 
 
