@@ -15,11 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import apsw
-
 from services.common.vocabulary import FILTER_COMPOUNDS, MAX_FILTER_DEPTH
 from services.store.errors import InvalidArgument
 from services.store.records import AttributeValue
+from services.store.sql import Connection
 
 EQUALITY_OPS = ("eq", "ne")
 ORDER_OPS = ("gt", "gte", "lt", "lte")
@@ -199,9 +198,7 @@ MATCHING_FILES_SQL = """
 """
 
 
-def matching_files(
-    conn: apsw.Connection, key: int, condition: tuple[str, Sequence[Any]]
-) -> list[str]:
+def matching_files(conn: Connection, key: int, condition: tuple[str, Sequence[Any]]) -> list[str]:
     """The completed files of vector store `key` whose attributes pass a compiled filter."""
     sql = MATCHING_FILES_SQL.format(condition=condition[0])
     return [cast(str, row[0]) for row in conn.execute(sql, [key, *condition[1]]).fetchall()]

@@ -23,6 +23,7 @@ from services.store.records import EVERYTHING, Access, ItemHit, PendingText
 from services.store.search.hybrid import candidate_count, reciprocal_rank_fusion
 from services.store.search.lexical import fts_query, score_from_bm25
 from services.store.search.vector import score_from_distance
+from services.store.sql import Connection
 
 MAX_K = 100
 MAX_PENDING = 256
@@ -58,7 +59,7 @@ LIMIT ?
 
 
 def search(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     text: str,
     k: int,
@@ -100,7 +101,7 @@ def search(
 
 
 def _lexical(
-    conn: apsw.Connection, text: str, k: int, condition: str, scope: list[Any]
+    conn: Connection, text: str, k: int, condition: str, scope: list[Any]
 ) -> list[ItemHit]:
     query = fts_query(text)
     if query is None:
@@ -112,7 +113,7 @@ def _lexical(
 
 
 def _vector(
-    conn: apsw.Connection, vector: bytes, model: str, k: int, condition: str, scope: list[Any]
+    conn: Connection, vector: bytes, model: str, k: int, condition: str, scope: list[Any]
 ) -> list[ItemHit]:
     sql = _VECTOR.format(columns=ITEM_COLUMNS, source=ITEM_FROM, condition=condition)
     try:
@@ -136,7 +137,7 @@ def _fuse(vector: Sequence[ItemHit], lexical: Sequence[ItemHit], k: int) -> list
     return [replace(by_id[item_id], score=min(1.0, value / best)) for item_id, value in fused[:k]]
 
 
-def pending(conn: apsw.Connection, model: str, after: int, limit: int) -> list[PendingText]:
+def pending(conn: Connection, model: str, after: int, limit: int) -> list[PendingText]:
     """Up to `limit` conversation items after key `after` that have no vector of `model`."""
     if not model or not 1 <= limit <= MAX_PENDING:
         raise InvalidArgument(f"pending texts need a model and a limit of 1..{MAX_PENDING}")
@@ -146,7 +147,7 @@ def pending(conn: apsw.Connection, model: str, after: int, limit: int) -> list[P
 
 
 def put_vectors(
-    conn: apsw.Connection, model: str, dimensions: int, keys: Sequence[int], data: bytes
+    conn: Connection, model: str, dimensions: int, keys: Sequence[int], data: bytes
 ) -> int:
     """Stores the vectors of items `keys` (rows of `data`); items deleted meanwhile are
     skipped. Returns how many were written."""
@@ -159,8 +160,9 @@ def put_vectors(
     with atomic(conn):
         for index, key in enumerate(keys):
             conn.execute(
-                "INSERT OR REPLACE INTO item_vectors (item_id, model, vector)"
-                " SELECT id, ?, ? FROM items WHERE id = ?",
+                "INSERT INTO item_vectors (item_id, model, vector)"
+                " SELECT id, ?, ? FROM items WHERE id = ?"
+                " ON CONFLICT (item_id, model) DO UPDATE SET vector = excluded.vector",
                 (model, data[index * size : (index + 1) * size], key),
             )
             written += conn.changes()
