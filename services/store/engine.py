@@ -33,6 +33,11 @@ class Engine:
     # fulltext's functions (SQLite), or postgres/fulltext.py's.
     fulltext: Any
 
+    @property
+    def has_vectors(self) -> bool:
+        """The engine has its vector module (SQLite's may still lack sqlite-vec: db.py)."""
+        return not isinstance(self.vectors, _Missing)
+
 
 class _OnRaw:
     """A PostgreSQL module's functions called with the wrapper's raw psycopg connection in
