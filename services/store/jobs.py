@@ -55,12 +55,12 @@ LIMIT ?
 # Jobs of models that cannot embed now: only those whose file a lexical pass would make
 # searchable (not yet indexed at all, and not a re-index's hidden vector store, which nobody
 # searches) are worth handing out.
-_WAITING_SQL = """(lower(c.model) NOT IN ({models})
+_WAITING_SQL = """({served}
        OR (? AND cf.status = 'in_progress' AND c.shadow_of IS NULL))"""
 _NO_VECTORS_SQL = "(? AND cf.status = 'in_progress' AND c.shadow_of IS NULL)"
 
 _CLAIMED_SQL = """
-SELECT j.id, c.public_id, j.file_id, f.filename, coalesce(fc.content, x''), cf.chunking_json,
+SELECT j.id, c.public_id, j.file_id, f.filename, fc.content, cf.chunking_json,
        c.model, c.dimensions, j.attempts, j.key_name
 FROM jobs AS j
 JOIN vector_stores AS c ON c.id = j.vector_store_id
@@ -134,7 +134,11 @@ def claim(
     later = sorted({name.lower() for name in waiting})
     everything_waits = not vectors or (lexical and not models)
     if not everything_waits:
-        waiting_sql = _WAITING_SQL.format(models=", ".join("?" * len(later)))
+        # (Not `NOT IN ()` for none: PostgreSQL has no empty list.)
+        marks = ", ".join("?" * len(later))
+        waiting_sql = _WAITING_SQL.format(
+            served=f"lower(c.model) NOT IN ({marks})" if later else "TRUE"
+        )
         args: tuple[Any, ...] = (*later, lexical)
     else:
         waiting_sql, args = _NO_VECTORS_SQL, (lexical,)
@@ -185,7 +189,7 @@ def claim(
                         vector_store_id=row[1],
                         file_id=row[2],
                         filename=row[3],
-                        content=bytes(row[4]),
+                        content=bytes(row[4] or b""),
                         chunking=vector_store_files.decode_chunking(row[5]),
                         model=row[6],
                         dimensions=row[7],
@@ -333,7 +337,8 @@ def fail(
         if retry_after_seconds > 0 and (keep_attempt or job.attempts < max_attempts):
             conn.execute(
                 "UPDATE jobs SET state = 'pending', worker_id = '', lease_expires_at = 0,"
-                " next_attempt_at = ?, attempts = max(0, attempts - ?) WHERE id = ?",
+                f" next_attempt_at = ?, attempts = {dialect(conn).greatest}(0, attempts - ?)"
+                " WHERE id = ?",
                 (now + retry_after_seconds, int(keep_attempt), job_id),
             )
         else:

@@ -182,8 +182,8 @@ def record_usage(conn: Connection, usages: Sequence[KeyUsage], now: float) -> No
             conn.execute(
                 "INSERT INTO api_key_days (key_id, day, requests, embedded_tokens)"
                 " VALUES (?, ?, ?, ?) ON CONFLICT (key_id, day) DO UPDATE SET"
-                " requests = requests + excluded.requests,"
-                " embedded_tokens = embedded_tokens + excluded.embedded_tokens",
+                " requests = api_key_days.requests + excluded.requests,"
+                " embedded_tokens = api_key_days.embedded_tokens + excluded.embedded_tokens",
                 (key, day, usage.requests, usage.embedded_tokens),
             )
 

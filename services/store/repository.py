@@ -29,7 +29,6 @@ from services.store import (
     batches,
     cache,
     conversations,
-    engine,
     files,
     fulltext,
     ingest,
@@ -209,11 +208,10 @@ class Repository:
 
     @property
     def vectors(self) -> bool:
-        """sqlite-vec is loaded (see db.vectors_available); on PostgreSQL, this build has
-        the pgvector module (engine.py)."""
+        """sqlite-vec is loaded (see db.vectors_available); PostgreSQL has pgvector."""
         self._conn()  # the first connection decides
         if self.postgres is not None:
-            return engine.postgres_engine().has_vectors
+            return True  # pgvector's (postgres/vectors.py)
         return vectors_available()
 
     def close(self) -> None:

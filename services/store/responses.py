@@ -223,9 +223,9 @@ def start(
     inputs = json.dumps([dataclasses.asdict(item) for item in response.inputs])
     with atomic(conn):
         taken = conn.execute(
-            "SELECT 1 FROM responses WHERE public_id = ?1"
-            " UNION ALL SELECT 1 FROM pending_responses WHERE public_id = ?1",
-            (response.id,),
+            "SELECT 1 FROM responses WHERE public_id = ?"
+            " UNION ALL SELECT 1 FROM pending_responses WHERE public_id = ?",
+            (response.id, response.id),
         ).fetchone()
         if taken:
             raise ResponseExists(f"response {response.id!r} exists already")
