@@ -100,10 +100,10 @@ def test_a_newer_database_is_refused_and_an_older_one_migrated(url: str) -> None
         assert schema.migrate(conn) == schema.LATEST
         # Migrating again changes nothing.
         assert schema.migrate(conn) == schema.LATEST
-        added: dict[int, schema.Migration] = {
-            **schema.MIGRATIONS,
-            schema.LATEST + 1: lambda c: c.execute("ALTER TABLE files ADD COLUMN later TEXT"),
-        }
+        def later(conn: PostgresConnection) -> None:
+            conn.execute("ALTER TABLE files ADD COLUMN later TEXT")
+
+        added = {**schema.MIGRATIONS, schema.LATEST + 1: later}
         assert schema.migrate(conn, added) == schema.LATEST + 1
         assert "later" in postgres_columns(conn)["files"]
         with pytest.raises(DatabaseTooNew, match="newer ragd"):

@@ -277,6 +277,9 @@ CREATE TABLE items (
 CREATE UNIQUE INDEX items_position ON items (conversation_id, position)
     WHERE conversation_id IS NOT NULL;
 CREATE INDEX items_response ON items (response_id, response_role, response_position);
+-- History search's words (postgres/history.py; SQLite: items_fts).
+CREATE INDEX items_words ON items USING gin (to_tsvector('english', text))
+    WHERE conversation_id IS NOT NULL;
 CREATE TABLE item_vectors (
     item_id BIGINT NOT NULL REFERENCES items (id) ON DELETE CASCADE,
     model   TEXT   NOT NULL,

@@ -19,11 +19,12 @@ from services.store import access, conversations
 from services.store.conversations import ITEM_COLUMNS, ITEM_FROM, item_record
 from services.store.db import atomic, vectors_available
 from services.store.errors import InvalidArgument
+from services.store.postgres import history
 from services.store.records import EVERYTHING, Access, ItemHit, PendingText
 from services.store.search.hybrid import candidate_count, reciprocal_rank_fusion
 from services.store.search.lexical import fts_query, score_from_bm25
 from services.store.search.vector import score_from_distance
-from services.store.sql import Connection
+from services.store.sql import POSTGRES, Connection, dialect
 
 MAX_K = 100
 MAX_PENDING = 256
@@ -103,6 +104,12 @@ def search(
 def _lexical(
     conn: Connection, text: str, k: int, condition: str, scope: list[Any]
 ) -> list[ItemHit]:
+    if dialect(conn) is POSTGRES:
+        found = history.lexical(
+            conn, text, k, columns=ITEM_COLUMNS, source=ITEM_FROM, condition=condition, scope=scope
+        )
+        best = found[0][0] if found else 0.0
+        return [ItemHit(item_record(row), score_from_bm25(rank, best)) for rank, row in found]
     query = fts_query(text)
     if query is None:
         return []
@@ -115,6 +122,18 @@ def _lexical(
 def _vector(
     conn: Connection, vector: bytes, model: str, k: int, condition: str, scope: list[Any]
 ) -> list[ItemHit]:
+    if dialect(conn) is POSTGRES:
+        nearest = history.vector(
+            conn,
+            vector,
+            model,
+            k,
+            columns=ITEM_COLUMNS,
+            source=ITEM_FROM,
+            condition=condition,
+            scope=scope,
+        )
+        return [ItemHit(item_record(row), score_from_distance(d)) for d, row in nearest]
     sql = _VECTOR.format(columns=ITEM_COLUMNS, source=ITEM_FROM, condition=condition)
     try:
         rows: list[Any] = conn.execute(sql, [vector, model, *scope, k]).fetchall()
