@@ -100,6 +100,7 @@ def test_a_newer_database_is_refused_and_an_older_one_migrated(url: str) -> None
         assert schema.migrate(conn) == schema.LATEST
         # Migrating again changes nothing.
         assert schema.migrate(conn) == schema.LATEST
+
         def later(conn: PostgresConnection) -> None:
             conn.execute("ALTER TABLE files ADD COLUMN later TEXT")
 
