@@ -20,7 +20,7 @@ from services.store.errors import FullTextUnavailable, InvalidArgument, VectorsU
 from services.store.records import SearchHit
 from services.store.search import hits, hybrid, lexical, vector
 from services.store.search.filters import Filter, compile_filter
-from services.store.sql import Connection
+from services.store.sql import Connection, dialect
 from services.store.vector_index import MAX_K, IndexSettings
 
 __all__ = ["HYBRID", "LEXICAL", "SEARCH_MODES", "VECTOR", "run"]
@@ -91,7 +91,7 @@ def run(
     _check(mode, values, text, k, score_threshold)
     if vector_weight is not None and not (math.isfinite(vector_weight) and 0 <= vector_weight <= 1):
         raise InvalidArgument(f"vector_weight must be 0..1, got {vector_weight}")
-    condition = compile_filter(filter) if filter is not None else None
+    condition = compile_filter(filter, dialect=dialect(conn)) if filter is not None else None
     blob = b""
     if values is not None and mode != LEXICAL:
         blob = query if isinstance(query, bytes) else to_bytes(values)
