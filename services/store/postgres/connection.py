@@ -257,8 +257,9 @@ class PostgresConnections:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the database has been closed")
-            if conn is not None:
+            if conn is not None:  # the server dropped it: a new one in its place
                 self._opened.remove(conn)
+                conn.close()
             if len(self._opened) >= self.limit:
                 raise Unavailable(
                     f"the store's {self.limit} PostgreSQL connections are all in use "
