@@ -143,7 +143,7 @@ def compare(
                 "all-MiniLM-L6-v2",
             )
             at += len(chunked)
-        conn = repo._conn()
+        conn = repo._sqlite("the fusion benchmark")
         with atomic(conn, write=False):
             key, vector_store = vector_stores.lookup(conn, public_id)
             rows = conn.execute(

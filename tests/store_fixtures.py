@@ -23,7 +23,7 @@ from services.common.vocabulary import COARSE, EXACT
 from services.pb import store_pb2 as pb
 from services.pb import store_pb2_grpc
 from services.store import fulltext, jobs, resident, vector_index
-from services.store.config import StoreConfig
+from services.store.config import PostgresSettings, StoreConfig
 from services.store.db import database_key, open_database
 from services.store.records import ChunkInput, ClaimedJob, File, VectorStoreFile
 from services.store.repository import OperationsSettings, Repository
@@ -53,9 +53,16 @@ def open_repository(
     index: IndexSettings | None = None,
     max_attempts: int = jobs.MAX_ATTEMPTS,
     operations: OperationsSettings | None = None,
+    url: str | None = None,
 ) -> Repository:
+    """A migrated store on the SQLite file at `path`, or on the PostgreSQL database at `url`."""
     repository = Repository(
-        path, clock=clock, index=index, max_attempts=max_attempts, operations=operations
+        path,
+        clock=clock,
+        index=index,
+        max_attempts=max_attempts,
+        operations=operations,
+        postgres=PostgresSettings(url=url) if url is not None else None,
     )
     repository.migrate()
     return repository

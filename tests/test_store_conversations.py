@@ -6,7 +6,6 @@ import json
 import time
 from dataclasses import replace
 
-import apsw
 import numpy as np
 import pytest
 
@@ -19,6 +18,7 @@ from services.store.errors import (
 )
 from services.store.records import NewItem, NewResponse
 from services.store.repository import Repository
+from services.store.sql import Connection
 from tests.store_fixtures import FakeClock, check_invariants
 
 pytestmark = pytest.mark.repo(checks=[check_invariants])
@@ -50,8 +50,10 @@ def turn(response_id: str, question: str, answer: str, **fields: object) -> NewR
 
 
 def fts_rows(repo: Repository) -> int:
-    conn: apsw.Connection = repo._conn()
-    row = conn.execute("SELECT count(*) FROM items_fts").fetchone()
+    conn: Connection = repo._conn()
+    # PostgreSQL's word index is over the items table itself (postgres/history.py).
+    table = "items" if repo.engine == "postgres" else "items_fts"
+    row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -186,7 +188,7 @@ def test_history_is_searched_by_meaning_once_its_vectors_are_in(repo: Repository
     # A vector for an item deleted meanwhile is skipped; deleting takes the vectors along.
     repo.delete_conversation(beach.id)
     assert repo.put_item_vectors("m", 3, [pending[0].key], unit(1, 0, 0)) == 0
-    conn: apsw.Connection = repo._conn()
+    conn: Connection = repo._conn()
     assert conn.execute("SELECT count(*) FROM item_vectors").fetchone() == (0,)
 
 
@@ -250,6 +252,7 @@ def test_json_sqlite_would_refuse_is_invalid_and_nothing_is_kept(
     assert repo.get_conversation(conversation.id).item_count == 1
 
 
+@pytest.mark.engines("sqlite")  # PostgreSQL's tooling owns its backups
 def test_backups_and_vacuum_keep_conversations_whole(repo: Repository) -> None:
     kept, _ = repo.create_conversation(items=[message("user", "lighthouse keepers")])
     repo.record_response(turn("resp_ffffffffffff", "who keeps it", "Ada", conversation_id=kept.id))

@@ -449,12 +449,9 @@ def test_delete_vector_store_removes_files_jobs_and_batches(repo: Repository, vs
     finish(repo, claim_one(repo))
     repo.delete_vector_store(vs_id)
     assert repo.claim_jobs("w1", 10, 60)[0].vector_store_id == kept
-    conn = open_database(repo.path)
-    try:
-        assert conn.execute("SELECT count(*) FROM file_batches").fetchone() == (0,)
-        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (1,)
-    finally:
-        conn.close()
+    conn = repo._conn()
+    assert conn.execute("SELECT count(*) FROM file_batches").fetchone() == (0,)
+    assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (1,)
     assert [repo.get_file(file_id).id for file_id in files] == files
     with pytest.raises(VectorStoreNotFound):
         repo.get_file_batch(vs_id, batch.id)

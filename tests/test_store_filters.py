@@ -9,11 +9,12 @@ import apsw
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.store.errors import InvalidArgument
 from services.store.ingest import attributes_json
+from services.store.postgres.connection import PostgresConnection
 from services.store.records import AttributeValue, ChunkInput
 from services.store.repository import Repository
 from services.store.search.filters import (
@@ -24,7 +25,9 @@ from services.store.search.filters import (
     compile_filter,
     matches,
 )
+from services.store.sql import POSTGRES
 from services.store.vector_index import IndexSettings
+from tests.engines import Database
 from tests.filter_strategies import (
     Attributes,
     any_orderable,
@@ -143,6 +146,27 @@ def evaluate_sql(node: Filter, attributes: Attributes) -> bool:
 @given(node=filter_strategy(any_orderable), attributes=attributes_strategy(any_orderable))
 def test_compiled_sql_agrees_with_the_reference(node: Filter, attributes: Attributes) -> None:
     assert evaluate_sql(node, attributes) is matches(node, attributes)
+
+
+@pytest.mark.engines("postgres")
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(node=filter_strategy(any_orderable), attributes=attributes_strategy(any_orderable))
+def test_compiled_sql_agrees_with_the_reference_on_postgres(
+    database: Database, node: Filter, attributes: Attributes
+) -> None:
+    assert database.url is not None
+    conn = PostgresConnection.connect(database.url)
+    try:
+        sql, params = compile_filter(node, dialect=POSTGRES)
+        row = conn.execute(
+            f"SELECT {sql} FROM (SELECT ? AS attributes) AS cf",
+            (*params, attributes_json(attributes)),
+        ).fetchone()
+    finally:
+        conn.close()
+    assert row is not None and bool(row[0]) is matches(node, attributes)
 
 
 # Property: filtered search is the exact top-k among the matching chunks.

@@ -216,6 +216,7 @@ def test_complete_checks_chunks_against_vectors(repo: Repository, vs_id: str) ->
     assert finish(repo, job).status == "completed"
 
 
+@pytest.mark.engines("sqlite")  # the failure is injected with a SQLite trigger
 def test_a_failing_complete_writes_nothing(repo: Repository, vs_id: str) -> None:
     attach_new(repo, vs_id)
     job = claim_one(repo)

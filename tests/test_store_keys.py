@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import apsw
 import grpc
 import pytest
 
@@ -26,11 +25,8 @@ def test_a_key_is_found_by_its_secret_which_is_never_stored(repo: Repository, vs
     assert found is not None and found.name == "ci-reader"
     assert repo.authenticate_api_key(secret + "x") is None
     assert repo.authenticate_api_key("") is None
-    conn = apsw.Connection(str(repo.path), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        dump = b"".join(bytes(str(row), "utf-8") for row in conn.execute("SELECT * FROM api_keys"))
-    finally:
-        conn.close()
+    rows = repo._conn().execute("SELECT * FROM api_keys")
+    dump = b"".join(bytes(str(row), "utf-8") for row in rows)
     assert secret.encode() not in dump and secret[3:].encode() not in dump
     # A second key gets another secret.
     _, other = repo.create_api_key("ci-writer", "write")

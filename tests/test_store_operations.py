@@ -189,6 +189,7 @@ def scalar(path: Path, sql: str) -> int:
         conn.close()
 
 
+@pytest.mark.engines("sqlite")  # the vacuum of SQLite's file
 def test_deleting_frees_rows_and_vacuum_gives_the_space_back(repo: Repository) -> None:
     dims = 384
     kept = repo.create_vector_store("kept", MODEL, dims).id

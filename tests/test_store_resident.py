@@ -142,7 +142,7 @@ def repo(tmp_path: Path) -> Iterator[Repository]:
 
 
 def in_memory(repo: Repository) -> Resident:
-    found = resident.existing(database_key(repo._conn()))
+    found = resident.existing(database_key(repo._sqlite("resident vectors")))
     assert found is not None
     return found
 
@@ -182,7 +182,7 @@ def test_a_rolled_back_write_never_reaches_memory(repo: Repository) -> None:
     vector_store = repo.create_vector_store("c", MODEL, DIMS)
     add_file(repo, vector_store.id, unit_vectors(rng, 3, DIMS))
     repo.search(vector_store.id, unit_vectors(rng, 1, DIMS)[0], k=1)
-    conn = repo._conn()
+    conn = repo._sqlite("resident vectors")
     with pytest.raises(RuntimeError), atomic(conn):
         vector_index.insert(conn, 1, [(99_999, unit_vectors(rng, 1, DIMS)[0].tobytes())])
         raise RuntimeError("the write fails after the vectors")
@@ -235,4 +235,4 @@ def test_memory_off_searches_sqlite(tmp_path: Path) -> None:
         vectors = unit_vectors(np.random.default_rng(7), 4, DIMS)
         add_file(repo, vector_store.id, vectors)
         assert repo.search(vector_store.id, vectors[2], k=1)[0].text == "chunk 2"
-        assert resident.existing(database_key(repo._conn())) is None
+        assert resident.existing(database_key(repo._sqlite("resident vectors"))) is None

@@ -16,8 +16,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import apsw
-
 from services.store import projects
 from services.store.errors import (
     ConversationNotFound,
@@ -28,6 +26,7 @@ from services.store.errors import (
     VectorStoreNotFound,
 )
 from services.store.records import Access
+from services.store.sql import Connection, dialect
 
 VECTOR_STORE = "vector_store"
 FILE = "file"
@@ -38,7 +37,7 @@ RESPONSE = "response"
 Clause = tuple[list[str], list[Any]]
 
 
-def project_key(conn: apsw.Connection, access: Access) -> int | None:
+def project_key(conn: Connection, access: Access) -> int | None:
     """The caller's project (None: every project); -1, which matches nothing, for a project
     that does not exist."""
     if access.everything:
@@ -49,40 +48,40 @@ def project_key(conn: apsw.Connection, access: Access) -> int | None:
         return -1
 
 
-def owner(conn: apsw.Connection, access: Access) -> tuple[int, str]:
+def owner(conn: Connection, access: Access) -> tuple[int, str]:
     """The project and key name a new object is stamped with (inside a transaction)."""
     if access.everything:
         return projects.DEFAULT_KEY, access.key
     return projects.key_of(conn, access.project), access.key
 
 
-def _in_project(conn: apsw.Connection, access: Access, alias: str) -> Clause:
+def _in_project(conn: Connection, access: Access, alias: str) -> Clause:
     key = project_key(conn, access)
     return ([f"{alias}.project_id = ?"], [key]) if key is not None else ([], [])
 
 
-def vector_stores_visible(conn: apsw.Connection, access: Access, alias: str) -> Clause:
+def vector_stores_visible(conn: Connection, access: Access, alias: str) -> Clause:
     conditions, params = _in_project(conn, access, alias)
     if access.vector_stores:
-        conditions.append(f"{alias}.public_id IN (SELECT value FROM json_each(?))")
+        conditions.append(f"{alias}.public_id IN {dialect(conn).text_list}")
         params.append(json.dumps(sorted(access.vector_stores)))
     return conditions, params
 
 
-def files_visible(conn: apsw.Connection, access: Access, alias: str) -> Clause:
+def files_visible(conn: Connection, access: Access, alias: str) -> Clause:
     conditions, params = _in_project(conn, access, alias)
     if access.vector_stores:
         conditions.append(
             f"({alias}.created_by = ? OR EXISTS (SELECT 1 FROM vector_store_files AS acf"
             " JOIN vector_stores AS ac ON ac.id = acf.vector_store_id"
             f" WHERE acf.file_id = {alias}.id"
-            " AND ac.public_id IN (SELECT value FROM json_each(?))))"
+            f" AND ac.public_id IN {dialect(conn).text_list}))"
         )
         params += [access.key, json.dumps(sorted(access.vector_stores))]
     return conditions, params
 
 
-def conversations_visible(conn: apsw.Connection, access: Access, alias: str) -> Clause:
+def conversations_visible(conn: Connection, access: Access, alias: str) -> Clause:
     """Also for responses: both are kept by who made them."""
     conditions, params = _in_project(conn, access, alias)
     if access.vector_stores and not access.project_conversations:
@@ -93,7 +92,7 @@ def conversations_visible(conn: apsw.Connection, access: Access, alias: str) -> 
 
 responses_visible = conversations_visible
 
-_Visible = Callable[[apsw.Connection, Access, str], Clause]
+_Visible = Callable[[Connection, Access, str], Clause]
 # kind -> (the object by its public id as `t`, who may see it, the error an unknown id gets)
 _KINDS: dict[str, tuple[str, _Visible, Callable[[str], StoreError]]] = {
     VECTOR_STORE: (
@@ -113,7 +112,7 @@ _KINDS: dict[str, tuple[str, _Visible, Callable[[str], StoreError]]] = {
 _PENDING_RESPONSE = "pending_responses AS t WHERE t.public_id = ?"
 
 
-def check(conn: apsw.Connection, access: Access, kind: str, public_id: str) -> None:
+def check(conn: Connection, access: Access, kind: str, public_id: str) -> None:
     """Raises the kind's not-found error unless the caller reaches the object (an object that
     does not exist included, so that the answer is the same)."""
     if access.everything:

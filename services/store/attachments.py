@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-import apsw
-
 from services.common.vocabulary import FILE_STATUSES
 from services.store import files, ingest, vector_store_files, vector_stores
 from services.store.compat import check_indexing
@@ -25,11 +23,12 @@ from services.store.records import (
     VectorStoreFile,
     chunk_public_id,
 )
+from services.store.sql import Connection
 from services.store.vector_store_files import LIVE_STATUSES, fetch
 
 
 def attach(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     vector_store_id: str,
     file_id: str = "",
@@ -90,7 +89,7 @@ def attach(
     return record
 
 
-def _by_content(conn: apsw.Connection, key: int, sha256: str) -> tuple[str, str] | None:
+def _by_content(conn: Connection, key: int, sha256: str) -> tuple[str, str] | None:
     """(file id, status) of the vector_store's file with this content: one in progress or
     completed if any, else a failed or cancelled one."""
     row = conn.execute(
@@ -101,14 +100,14 @@ def _by_content(conn: apsw.Connection, key: int, sha256: str) -> tuple[str, str]
     return None if row is None else (str(row[0]), str(row[1]))
 
 
-def get(conn: apsw.Connection, vector_store_id: str, file_id: str) -> VectorStoreFile:
+def get(conn: Connection, vector_store_id: str, file_id: str) -> VectorStoreFile:
     with atomic(conn, write=False):
         key, _ = vector_stores.lookup(conn, vector_store_id)
         return fetch(conn, key, vector_store_id, file_id)
 
 
 def list_page(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     vector_store_id: str,
     limit: int,
@@ -150,9 +149,7 @@ def list_page(
     return Page(items=items, has_more=has_more)
 
 
-def _cursor(
-    conn: apsw.Connection, key: int, file_id: str | None, name: str
-) -> tuple[Any, ...] | None:
+def _cursor(conn: Connection, key: int, file_id: str | None, name: str) -> tuple[Any, ...] | None:
     if not file_id:
         return None
     row = conn.execute(
@@ -166,7 +163,7 @@ def _cursor(
 
 
 def update_attributes(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     vector_store_id: str,
     file_id: str,
@@ -181,7 +178,7 @@ def update_attributes(
         return fetch(conn, key, vector_store_id, file_id)
 
 
-def detach(conn: apsw.Connection, *, vector_store_id: str, file_id: str, now: int) -> None:
+def detach(conn: Connection, *, vector_store_id: str, file_id: str, now: int) -> None:
     with atomic(conn):
         key, _ = vector_stores.lookup(conn, vector_store_id)
         fetch(conn, key, vector_store_id, file_id)
@@ -189,7 +186,7 @@ def detach(conn: apsw.Connection, *, vector_store_id: str, file_id: str, now: in
 
 
 def chunks(
-    conn: apsw.Connection, *, vector_store_id: str, file_id: str
+    conn: Connection, *, vector_store_id: str, file_id: str
 ) -> tuple[VectorStoreFile, list[StoredChunk]]:
     """The file's row and its stored chunks in order (none until it is completed)."""
     with atomic(conn, write=False):

@@ -11,12 +11,11 @@ import math
 from collections.abc import Sequence
 from typing import Any, cast
 
-import apsw
-
 from services.common.vocabulary import AUDIT_OPERATIONS
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.records import AuditEntry, Page
+from services.store.sql import Connection
 
 OPERATIONS = AUDIT_OPERATIONS
 MAX_RECORD = 1000
@@ -45,7 +44,7 @@ def _check(entry: AuditEntry, index: int) -> None:
         raise InvalidArgument(f"entries[{index}]: k and result_count must not be negative")
 
 
-def record(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> int:
+def record(conn: Connection, entries: Sequence[AuditEntry]) -> int:
     """Appends the entries in one transaction; returns how many were written."""
     if len(entries) > MAX_RECORD:
         raise InvalidArgument(f"at most {MAX_RECORD} audit entries per call, got {len(entries)}")
@@ -58,7 +57,7 @@ def record(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> int:
     return len(entries)
 
 
-def insert(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> None:
+def insert(conn: Connection, entries: Sequence[AuditEntry]) -> None:
     """Writes checked entries inside the caller's transaction (the retention sweep records
     what it deletes in the same one)."""
     conn.executemany(
@@ -85,7 +84,7 @@ def insert(conn: apsw.Connection, entries: Sequence[AuditEntry]) -> None:
     )
 
 
-def prune(conn: apsw.Connection, *, now: float, retention_days: int) -> int:
+def prune(conn: Connection, *, now: float, retention_days: int) -> int:
     """Deletes up to PRUNE_BATCH entries older than the retention; returns how many."""
     if retention_days <= 0:
         return 0
@@ -101,7 +100,7 @@ def prune(conn: apsw.Connection, *, now: float, retention_days: int) -> int:
 
 
 def list_page(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     limit: int,
     operation: str | None,
@@ -162,7 +161,7 @@ def list_page(
     return Page(items=items, has_more=len(rows) > limit)
 
 
-def count(conn: apsw.Connection) -> int:
+def count(conn: Connection) -> int:
     # Entries are only ever pruned oldest first, so the ids in the table are contiguous: no
     # scan of what may be millions of rows.
     row = conn.execute("SELECT max(id) - min(id) + 1 FROM audit_log").fetchone()

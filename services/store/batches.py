@@ -6,19 +6,18 @@ import secrets
 from collections.abc import Sequence
 from typing import cast
 
-import apsw
-
 from services.common.vocabulary import FILE_STATUSES, MAX_BATCH_FILES
 from services.store import ingest, shadow, vector_store_files, vector_stores
 from services.store.compat import check_indexing
 from services.store.db import atomic
 from services.store.errors import BatchNotFound, FileNotFound, InvalidArgument
 from services.store.records import BatchFileInput, EmbeddingModel, FileBatch, FileCounts
+from services.store.sql import Connection
 
 ID_PREFIX = "vsfb_"
 
 
-def _load(conn: apsw.Connection, key: int, vector_store_id: str, batch_id: str) -> FileBatch:
+def _load(conn: Connection, key: int, vector_store_id: str, batch_id: str) -> FileBatch:
     row = conn.execute(
         "SELECT created_at, cancelled_at FROM file_batches WHERE id = ? AND vector_store_id = ?",
         (batch_id, key),
@@ -50,7 +49,7 @@ def _load(conn: apsw.Connection, key: int, vector_store_id: str, batch_id: str) 
 
 
 def create(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     vector_store_id: str,
     files: Sequence[BatchFileInput],
@@ -105,13 +104,13 @@ def create(
         return _load(conn, key, vector_store_id, batch_id)
 
 
-def get(conn: apsw.Connection, *, vector_store_id: str, batch_id: str) -> FileBatch:
+def get(conn: Connection, *, vector_store_id: str, batch_id: str) -> FileBatch:
     with atomic(conn, write=False):
         key, _ = vector_stores.lookup(conn, vector_store_id)
         return _load(conn, key, vector_store_id, batch_id)
 
 
-def cancel(conn: apsw.Connection, *, vector_store_id: str, batch_id: str, now: int) -> FileBatch:
+def cancel(conn: Connection, *, vector_store_id: str, batch_id: str, now: int) -> FileBatch:
     """Cancels the batch's files still in progress and drops their jobs.
 
     A worker holding one of those jobs finds it gone when it renews, completes or fails it, so

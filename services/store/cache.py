@@ -13,11 +13,10 @@ import threading
 from collections.abc import Sequence
 from typing import cast
 
-import apsw
-
 from services.store.db import atomic, try_write
 from services.store.errors import InvalidArgument
 from services.store.records import CacheCounters, CacheSize
+from services.store.sql import Connection
 from services.store.vector_stores import MAX_DIMENSIONS
 
 DEFAULT_MAX_ENTRIES = 100_000
@@ -67,7 +66,7 @@ def _check_keys(model_key: str, dimensions: int, hashes: Sequence[bytes]) -> Non
             )
 
 
-def _model_id(conn: apsw.Connection, model_key: str, dimensions: int) -> int | None:
+def _model_id(conn: Connection, model_key: str, dimensions: int) -> int | None:
     row = conn.execute(
         "SELECT id, dimensions FROM embedding_models WHERE model_key = ?", (model_key,)
     ).fetchone()
@@ -82,7 +81,7 @@ def _model_id(conn: apsw.Connection, model_key: str, dimensions: int) -> int | N
 
 
 def get(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     model_key: str,
     dimensions: int,
@@ -112,7 +111,7 @@ def get(
     return [found[digest][1] if digest in found else None for digest in hashes]
 
 
-def _touch(conn: apsw.Connection, stale: list[tuple[int, int]]) -> None:
+def _touch(conn: Connection, stale: list[tuple[int, int]]) -> None:
     # Best effort: a lookup never waits for the write lock; an entry whose last use stays old
     # only risks an earlier eviction.
     try_write(
@@ -122,7 +121,7 @@ def _touch(conn: apsw.Connection, stale: list[tuple[int, int]]) -> None:
 
 
 def put(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     model_key: str,
     dimensions: int,
@@ -144,11 +143,10 @@ def put(
     with atomic(conn):
         model_id = _model_id(conn, model_key, dimensions)
         if model_id is None:
-            conn.execute(
-                "INSERT INTO embedding_models (model_key, dimensions) VALUES (?, ?)",
+            model_id = conn.execute(
+                "INSERT INTO embedding_models (model_key, dimensions) VALUES (?, ?) RETURNING id",
                 (model_key, dimensions),
-            )
-            model_id = conn.last_insert_rowid()
+            ).get
         before = conn.total_changes()
         conn.executemany(
             "INSERT INTO embedding_cache (model_id, text_sha256, vector, last_used_at)"
@@ -172,12 +170,12 @@ def put(
     return stored, evicted
 
 
-def _count(conn: apsw.Connection) -> int:
+def _count(conn: Connection) -> int:
     row = conn.execute("SELECT count(*) FROM embedding_cache").fetchone()
     return int(row[0]) if row is not None else 0
 
 
-def _evict(conn: apsw.Connection, limit: int) -> int:
+def _evict(conn: Connection, limit: int) -> int:
     """Deletes up to `limit` least recently used entries in one transaction."""
     with atomic(conn):
         before = conn.total_changes()
@@ -189,7 +187,7 @@ def _evict(conn: apsw.Connection, limit: int) -> int:
         return conn.total_changes() - before
 
 
-def size(conn: apsw.Connection) -> CacheSize:
+def size(conn: Connection) -> CacheSize:
     """Counts from the key index only: never reads the vectors themselves."""
     rows = cast(
         list[tuple[int, int]],

@@ -13,8 +13,6 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import apsw
-
 from services.common import json_text
 from services.common.vocabulary import (
     MAX_ITEM_BYTES,
@@ -27,6 +25,7 @@ from services.store.db import atomic
 from services.store.errors import ConversationNotFound, InvalidArgument, ItemNotFound
 from services.store.paging import fetch_page, unknown_cursor
 from services.store.records import EVERYTHING, Access, Conversation, Item, NewItem, Page
+from services.store.sql import Connection, dialect
 
 ID_PREFIX = "conv_"
 # Nesting of JSON kept in items and responses: twice a gateway's request body's, and far below
@@ -93,7 +92,7 @@ def item_record(row: Sequence[Any]) -> Item:
     )
 
 
-def lookup(conn: apsw.Connection, conversation_id: str) -> tuple[int, Conversation]:
+def lookup(conn: Connection, conversation_id: str) -> tuple[int, Conversation]:
     row = conn.execute(f"SELECT {_CONVERSATION} WHERE public_id = ?", (conversation_id,)).fetchone()
     if row is None:
         raise ConversationNotFound(conversation_id)
@@ -143,7 +142,7 @@ def _title_from(items: Sequence[NewItem]) -> str:
 
 
 def insert_items(
-    conn: apsw.Connection,
+    conn: Connection,
     items: Sequence[NewItem],
     *,
     now: int,
@@ -179,10 +178,10 @@ def insert_items(
             and conn.execute("SELECT 1 FROM items WHERE public_id = ?", (public_id,)).fetchone()
         ):
             public_id = ""
-        conn.execute(
+        key = conn.execute(
             "INSERT INTO items (public_id, conversation_id, position, response_id, response_role,"
             " response_position, type, role, status, body, text, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 public_id or prefix + secrets.token_hex(16),
                 conversation,
@@ -197,22 +196,23 @@ def insert_items(
                 item.text,
                 now,
             ),
-        )
-        keys.append(conn.last_insert_rowid())
+        ).get
+        keys.append(key)
     if conversation is not None and items:
         conn.execute(
             "UPDATE conversations SET next_position = next_position + ?,"
-            " item_count = item_count + ?, last_active_at = max(last_active_at, ?) WHERE id = ?",
+            " item_count = item_count + ?,"
+            f" last_active_at = {dialect(conn).greatest}(last_active_at, ?) WHERE id = ?",
             (len(items), len(items), now, conversation),
         )
     return keys
 
 
-def items_by_key(conn: apsw.Connection, keys: Sequence[int]) -> list[Item]:
+def items_by_key(conn: Connection, keys: Sequence[int]) -> list[Item]:
     if not keys:
         return []
     rows = conn.execute(
-        f"SELECT i.id, {ITEM_COLUMNS} {ITEM_FROM} WHERE i.id IN (SELECT value FROM json_each(?))",
+        f"SELECT i.id, {ITEM_COLUMNS} {ITEM_FROM} WHERE i.id IN {dialect(conn).int_list}",
         (json.dumps(list(keys)),),
     ).fetchall()
     by_key = {row[0]: item_record(row[1:]) for row in rows}
@@ -220,7 +220,7 @@ def items_by_key(conn: apsw.Connection, keys: Sequence[int]) -> list[Item]:
 
 
 def create(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     metadata: Mapping[str, str],
     title: str,
@@ -233,23 +233,22 @@ def create(
     public_id = ID_PREFIX + secrets.token_hex(24)
     with atomic(conn):
         project, created_by = access.owner(conn, caller)
-        conn.execute(
+        key = conn.execute(
             "INSERT INTO conversations (public_id, created_at, last_active_at, metadata, title,"
-            " project_id, created_by) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            " project_id, created_by) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (public_id, now, now, metadata_json, _check_title(title), project, created_by),
-        )
-        key = conn.last_insert_rowid()
+        ).get
         keys = insert_items(conn, items, now=now, conversation=key)
         return lookup(conn, public_id)[1], items_by_key(conn, keys)
 
 
-def get(conn: apsw.Connection, conversation_id: str) -> Conversation:
+def get(conn: Connection, conversation_id: str) -> Conversation:
     with atomic(conn, write=False):
         return lookup(conn, conversation_id)[1]
 
 
 def update(
-    conn: apsw.Connection,
+    conn: Connection,
     conversation_id: str,
     *,
     metadata: Mapping[str, str] | None,
@@ -269,14 +268,14 @@ def update(
         return lookup(conn, conversation_id)[1]
 
 
-def delete(conn: apsw.Connection, conversation_id: str) -> None:
+def delete(conn: Connection, conversation_id: str) -> None:
     """The conversation, its items (their full-text rows go by trigger) and its responses."""
     with atomic(conn):
         key, _ = lookup(conn, conversation_id)
         remove(conn, key)
 
 
-def remove(conn: apsw.Connection, key: int) -> None:
+def remove(conn: Connection, key: int) -> None:
     """delete() inside the caller's transaction, by row key (the retention sweep's too): the
     items' full-text rows go by trigger, their vectors by cascade."""
     responses = [row[0] for row in conn.execute(
@@ -290,7 +289,7 @@ def remove(conn: apsw.Connection, key: int) -> None:
 
 
 def list_page(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     limit: int,
     order: str,
@@ -318,7 +317,7 @@ def list_page(
 
 
 def _cursor(
-    conn: apsw.Connection, public_id: str | None, name: str, visible: access.Clause
+    conn: Connection, public_id: str | None, name: str, visible: access.Clause
 ) -> tuple[Any, ...] | None:
     if not public_id:
         return None
@@ -333,7 +332,7 @@ def _cursor(
 
 
 def add_items(
-    conn: apsw.Connection, conversation_id: str, items: Sequence[NewItem], *, now: int
+    conn: Connection, conversation_id: str, items: Sequence[NewItem], *, now: int
 ) -> list[Item]:
     check_items(items)
     if not items:
@@ -344,7 +343,7 @@ def add_items(
 
 
 def list_items(
-    conn: apsw.Connection,
+    conn: Connection,
     conversation_id: str,
     *,
     limit: int,
@@ -382,7 +381,7 @@ def list_items(
     return Page(items=[item_record(row) for row in rows], has_more=has_more)
 
 
-def _item_key(conn: apsw.Connection, key: int, conversation_id: str, item_id: str) -> int:
+def _item_key(conn: Connection, key: int, conversation_id: str, item_id: str) -> int:
     row = conn.execute(
         "SELECT id FROM items WHERE conversation_id = ? AND public_id = ?", (key, item_id)
     ).fetchone()
@@ -391,13 +390,13 @@ def _item_key(conn: apsw.Connection, key: int, conversation_id: str, item_id: st
     return int(row[0])
 
 
-def get_item(conn: apsw.Connection, conversation_id: str, item_id: str) -> Item:
+def get_item(conn: Connection, conversation_id: str, item_id: str) -> Item:
     with atomic(conn, write=False):
         key, _ = lookup(conn, conversation_id)
         return items_by_key(conn, [_item_key(conn, key, conversation_id, item_id)])[0]
 
 
-def delete_item(conn: apsw.Connection, conversation_id: str, item_id: str) -> Conversation:
+def delete_item(conn: Connection, conversation_id: str, item_id: str) -> Conversation:
     """Removes the item from the conversation (and the store: an item belongs to one)."""
     with atomic(conn):
         key, _ = lookup(conn, conversation_id)
@@ -407,7 +406,7 @@ def delete_item(conn: apsw.Connection, conversation_id: str, item_id: str) -> Co
         return lookup(conn, conversation_id)[1]
 
 
-def recent_items(conn: apsw.Connection, key: int, limit: int) -> list[Item]:
+def recent_items(conn: Connection, key: int, limit: int) -> list[Item]:
     """The conversation's last `limit` items, oldest first (inside a transaction)."""
     rows = conn.execute(
         f"SELECT {ITEM_COLUMNS} {ITEM_FROM} WHERE i.conversation_id = ?"

@@ -9,10 +9,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import apsw
 
 from services.store import resident
+from services.store.sql import Connection, Transactional
 
 try:
     import sqlite_vec
@@ -157,13 +159,18 @@ def database_key(conn: apsw.Connection) -> str:
 
 
 @contextmanager
-def atomic(conn: apsw.Connection, *, write: bool = True) -> Iterator[apsw.Connection]:
+def atomic(conn: Connection, *, write: bool = True) -> Iterator[Connection]:
     """Runs the block in one transaction: committed on success, rolled back on any exception.
 
     Writers take the write lock up front (BEGIN IMMEDIATE), so two writers never deadlock
     upgrading a read lock; readers (write=False) get one consistent snapshot for the block.
-    Transactions do not nest.
+    Transactions do not nest. PostgreSQL's connection keeps the same contract itself
+    (postgres/connection.py).
     """
+    if not isinstance(conn, apsw.Connection):
+        with cast(Transactional, conn).atomic(write=write):
+            yield conn
+        return
     if conn.in_transaction:
         raise RuntimeError("atomic() blocks do not nest")
     conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -184,13 +191,15 @@ def atomic(conn: apsw.Connection, *, write: bool = True) -> Iterator[apsw.Connec
     resident.committed(conn, database_key(conn))
 
 
-def try_write(conn: apsw.Connection, work: Callable[[apsw.Connection], object]) -> bool:
+def try_write(conn: Connection, work: Callable[[Connection], object]) -> bool:
     """Runs `work` in a write transaction if the write lock is free now; False if it is not.
 
     For best-effort bookkeeping on read paths (a search's last_active_at, a cache entry's last
     use): a reader must never wait behind an ingest's write transaction for it, nor fail for a
     full disk (False then too).
     """
+    if not isinstance(conn, apsw.Connection):
+        return cast(Transactional, conn).try_write(work)
     if conn.in_transaction:
         raise RuntimeError("atomic() blocks do not nest")
     conn.set_busy_timeout(0)

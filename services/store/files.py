@@ -6,13 +6,12 @@ import hashlib
 import secrets
 from typing import Any
 
-import apsw
-
 from services.store import access, vector_store_files
 from services.store.db import atomic
 from services.store.errors import FileNotFound, InvalidArgument
 from services.store.paging import fetch_page, unknown_cursor
 from services.store.records import EVERYTHING, Access, File, Page
+from services.store.sql import Connection
 
 ID_PREFIX = "file-"
 
@@ -31,7 +30,7 @@ def _to_file(row: tuple[Any, ...]) -> File:
     )
 
 
-def lookup(conn: apsw.Connection, file_id: str) -> File:
+def lookup(conn: Connection, file_id: str) -> File:
     row = conn.execute(f"SELECT {_COLUMNS} FROM files WHERE id = ?", (file_id,)).fetchone()
     if row is None:
         raise FileNotFound(file_id)
@@ -54,9 +53,7 @@ def new_record(*, filename: str, purpose: str, content: bytes, now: int) -> File
     )
 
 
-def insert(
-    conn: apsw.Connection, file: File, content: bytes, *, project: int, created_by: str
-) -> None:
+def insert(conn: Connection, file: File, content: bytes, *, project: int, created_by: str) -> None:
     """Writes the file and its bytes (inside a transaction), owned by `project` and the key
     `created_by`."""
     conn.execute(
@@ -69,7 +66,7 @@ def insert(
 
 
 def create(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     filename: str,
     purpose: str,
@@ -84,12 +81,12 @@ def create(
     return file
 
 
-def get(conn: apsw.Connection, file_id: str) -> File:
+def get(conn: Connection, file_id: str) -> File:
     with atomic(conn, write=False):
         return lookup(conn, file_id)
 
 
-def content(conn: apsw.Connection, file_id: str) -> tuple[File, bytes]:
+def content(conn: Connection, file_id: str) -> tuple[File, bytes]:
     """The file and its bytes (empty for files written by AddChunks, which keep none)."""
     with atomic(conn, write=False):
         file = lookup(conn, file_id)
@@ -100,7 +97,7 @@ def content(conn: apsw.Connection, file_id: str) -> tuple[File, bytes]:
 
 
 def list_page(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     limit: int,
     order: str,
@@ -136,7 +133,7 @@ def list_page(
     return Page(items=[_to_file(row) for row in rows], has_more=has_more)
 
 
-def delete(conn: apsw.Connection, file_id: str, now: int) -> None:
+def delete(conn: Connection, file_id: str, now: int) -> None:
     """Removes the file from every vector store (chunks, vectors, jobs), then the file itself."""
     with atomic(conn):
         lookup(conn, file_id)

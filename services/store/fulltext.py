@@ -39,6 +39,7 @@ import apsw
 import tantivy
 
 from services.store.db import atomic, database_key, try_write
+from services.store.sql import Connection
 
 log = logging.getLogger(__name__)
 
@@ -511,7 +512,7 @@ def _forget_queued(conn: apsw.Connection, key: int, upto: int, wait: bool) -> No
     """Deletes the queue rows of `key` up to `upto`, now or (not `wait`, the write lock busy)
     on a later try: they are applied already, and applying them again changes nothing."""
 
-    def work(conn: apsw.Connection) -> None:
+    def work(conn: Connection) -> None:
         conn.execute(
             "DELETE FROM fulltext_queue WHERE vector_store_id = ? AND seq <= ?", (key, upto)
         )

@@ -7,14 +7,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import cast
 
-import apsw
-
 from services.common.vectors import FloatMatrix, to_bytes
-from services.store import fulltext, vector_index, vector_stores
+from services.store import engine, vector_stores
 from services.store.compat import check_indexing, check_vectors
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.records import AddChunksResult, AttributeValue, ChunkInput
+from services.store.sql import Connection, dialect
 from services.store.vector_stores import lookup
 
 # Bytes a float32 vector component occupies, counted into usage_bytes.
@@ -55,7 +54,7 @@ def check_token_counts(chunks: Sequence[ChunkInput]) -> None:
             raise InvalidArgument(f"chunk {index} has a negative token_count")
 
 
-def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
+def delete_chunks(conn: Connection, key: int, file_id: str) -> None:
     """Deletes a file's chunks, their full-text rows and their vectors from a vector store
     (inside a transaction)."""
     rows = conn.execute(
@@ -65,13 +64,14 @@ def delete_chunks(conn: apsw.Connection, key: int, file_id: str) -> None:
         (key, file_id),
     ).fetchall()
     ids = [cast(int, row[0]) for row in rows]
-    vector_index.delete(conn, key, [cast(int, row[0]) for row in rows if not row[1]])
-    fulltext.remove(conn, key, ids)
+    indexes = engine.of(conn)
+    indexes.vectors.delete(conn, key, [cast(int, row[0]) for row in rows if not row[1]])
+    indexes.fulltext.remove(conn, key, ids)
     conn.execute("DELETE FROM chunks WHERE vector_store_id = ? AND file_id = ?", (key, file_id))
 
 
 def insert_chunks(
-    conn: apsw.Connection,
+    conn: Connection,
     key: int,
     file_id: str,
     chunks: Sequence[ChunkInput],
@@ -88,10 +88,11 @@ def insert_chunks(
         "SELECT id FROM chunks WHERE vector_store_id = ? AND file_id = ? ORDER BY chunk_index",
         (key, file_id),
     ).fetchall()
-    fulltext.add(conn, key, [cast(int, row[0]) for row in ids])
+    indexes = engine.of(conn)
+    indexes.fulltext.add(conn, key, [cast(int, row[0]) for row in ids])
     if vectors is None:
         return
-    vector_index.insert(
+    indexes.vectors.insert(
         conn,
         key,
         [(cast(int, row[0]), to_bytes(vector)) for row, vector in zip(ids, vectors, strict=True)],
@@ -99,7 +100,7 @@ def insert_chunks(
 
 
 def add_chunks(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     vector_store_id: str,
     file_id: str,
@@ -162,8 +163,8 @@ def add_chunks(
         insert_chunks(conn, key, file_id, chunks, vectors)
         conn.execute(
             "UPDATE vector_stores SET chunk_count = chunk_count + ?, file_count = file_count + ?,"
-            " usage_bytes = usage_bytes + ?, last_active_at = max(last_active_at, ?)"
-            " WHERE id = ?",
+            " usage_bytes = usage_bytes + ?,"
+            f" last_active_at = {dialect(conn).greatest}(last_active_at, ?) WHERE id = ?",
             (len(chunks) - old_chunks, 0 if previous else 1, usage - old_usage, now, key),
         )
     return AddChunksResult(file_id=file_id, chunk_count=len(chunks), usage_bytes=usage)

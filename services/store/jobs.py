@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import apsw
-
 from services.common.vectors import FloatMatrix
 from services.common.vocabulary import FILE_ERROR_CODES
 from services.store import ingest, shadow, vector_store_files, vector_stores
@@ -22,6 +20,7 @@ from services.store.compat import check_indexing, check_served
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, JobNotFound, LeaseLost, ModelMismatch
 from services.store.records import ChunkInput, ClaimedJob, EmbeddingModel, VectorStoreFile
+from services.store.sql import Connection, dialect
 
 # Claims of one job before its file fails (worker crashes count: each reclaim is a claim).
 MAX_ATTEMPTS = 5
@@ -39,8 +38,8 @@ MAX_ERROR_MESSAGE = 1000
 _CLAIMABLE_SQL = """
 SELECT j.id, j.vector_store_id, j.file_id, j.attempts, j.state, f.bytes, c.model, c.dimensions,
        cf.status, c.shadow_of IS NOT NULL
-FROM jobs AS j INDEXED BY jobs_live
-CROSS JOIN vector_store_files AS cf
+FROM {live_jobs}
+{join} vector_store_files AS cf
     ON cf.vector_store_id = j.vector_store_id AND cf.file_id = j.file_id
 JOIN files AS f ON f.id = j.file_id
 JOIN vector_stores AS c ON c.id = j.vector_store_id
@@ -50,17 +49,18 @@ WHERE j.state <> 'done' AND (cf.status = 'in_progress' OR cf.vectors_pending = 1
   AND {waiting}
 ORDER BY j.id
 LIMIT ?
+{lock}
 """
 
 # Jobs of models that cannot embed now: only those whose file a lexical pass would make
 # searchable (not yet indexed at all, and not a re-index's hidden vector store, which nobody
 # searches) are worth handing out.
-_WAITING_SQL = """(lower(c.model) NOT IN ({models})
+_WAITING_SQL = """({served}
        OR (? AND cf.status = 'in_progress' AND c.shadow_of IS NULL))"""
 _NO_VECTORS_SQL = "(? AND cf.status = 'in_progress' AND c.shadow_of IS NULL)"
 
 _CLAIMED_SQL = """
-SELECT j.id, c.public_id, j.file_id, f.filename, coalesce(fc.content, x''), cf.chunking_json,
+SELECT j.id, c.public_id, j.file_id, f.filename, fc.content, cf.chunking_json,
        c.model, c.dimensions, j.attempts, j.key_name
 FROM jobs AS j
 JOIN vector_stores AS c ON c.id = j.vector_store_id
@@ -88,12 +88,13 @@ def _check_lease_args(worker_id: str, lease_seconds: int) -> None:
 
 
 def _fail_file(
-    conn: apsw.Connection, job_id: int, key: int, file_id: str, code: str, message: str, now: int
+    conn: Connection, job_id: int, key: int, file_id: str, code: str, message: str, now: int
 ) -> None:
     # A file searchable lexically keeps its chunks and stays completed (vectors_pending):
     # only the filling of its vectors gave up.
     conn.execute(
-        "UPDATE vector_store_files SET status = iif(vectors_pending = 1, status, 'failed'),"
+        "UPDATE vector_store_files"
+        " SET status = CASE WHEN vectors_pending = 1 THEN status ELSE 'failed' END,"
         " last_error_code = ?, last_error_message = ? WHERE vector_store_id = ? AND file_id = ?",
         (code, message[:MAX_ERROR_MESSAGE], key, file_id),
     )
@@ -102,7 +103,7 @@ def _fail_file(
 
 
 def claim(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     worker_id: str,
     max_jobs: int,
@@ -133,11 +134,20 @@ def claim(
     later = sorted({name.lower() for name in waiting})
     everything_waits = not vectors or (lexical and not models)
     if not everything_waits:
-        waiting_sql = _WAITING_SQL.format(models=", ".join("?" * len(later)))
+        # (Not `NOT IN ()` for none: PostgreSQL has no empty list.)
+        marks = ", ".join("?" * len(later))
+        waiting_sql = _WAITING_SQL.format(
+            served=f"lower(c.model) NOT IN ({marks})" if later else "TRUE"
+        )
         args: tuple[Any, ...] = (*later, lexical)
     else:
         waiting_sql, args = _NO_VECTORS_SQL, (lexical,)
-    sql = _CLAIMABLE_SQL.format(waiting=waiting_sql)
+    sql = _CLAIMABLE_SQL.format(
+        waiting=waiting_sql,
+        live_jobs=dialect(conn).live_jobs,
+        join=dialect(conn).join_first,
+        lock=dialect(conn).claim_lock,
+    )
     with atomic(conn):
         budget = MAX_CLAIM_BYTES
         while len(claimed) < max_jobs:
@@ -179,7 +189,7 @@ def claim(
                         vector_store_id=row[1],
                         file_id=row[2],
                         filename=row[3],
-                        content=bytes(row[4]),
+                        content=bytes(row[4] or b""),
                         chunking=vector_store_files.decode_chunking(row[5]),
                         model=row[6],
                         dimensions=row[7],
@@ -191,7 +201,7 @@ def claim(
     return claimed
 
 
-def _held(conn: apsw.Connection, job_id: int, worker_id: str) -> _HeldJob:
+def _held(conn: Connection, job_id: int, worker_id: str) -> _HeldJob:
     """The job, if this worker holds its lease (expired but not reclaimed still counts)."""
     row = conn.execute(
         "SELECT j.vector_store_id, j.file_id, j.state, j.worker_id, j.attempts, cf.status,"
@@ -219,9 +229,7 @@ def _held(conn: apsw.Connection, job_id: int, worker_id: str) -> _HeldJob:
     return _HeldJob(key=key, file_id=file_id, attempts=attempts, vectors_pending=bool(pending))
 
 
-def renew(
-    conn: apsw.Connection, *, job_id: int, worker_id: str, lease_seconds: int, now: int
-) -> int:
+def renew(conn: Connection, *, job_id: int, worker_id: str, lease_seconds: int, now: int) -> int:
     """Extends the worker's lease; returns when it now expires."""
     _check_lease_args(worker_id, lease_seconds)
     with atomic(conn):
@@ -232,7 +240,7 @@ def renew(
 
 
 def complete(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     job_id: int,
     worker_id: str,
@@ -280,7 +288,7 @@ def complete(
         )
         conn.execute(
             "UPDATE vector_stores SET chunk_count = chunk_count + ?, usage_bytes = usage_bytes + ?,"
-            " last_active_at = max(last_active_at, ?) WHERE id = ?",
+            f" last_active_at = {dialect(conn).greatest}(last_active_at, ?) WHERE id = ?",
             (len(chunks) - old_chunks, usage - old_usage, now, job.key),
         )
         if vectors is None:
@@ -298,7 +306,7 @@ def complete(
 
 
 def fail(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     job_id: int,
     worker_id: str,
@@ -329,7 +337,8 @@ def fail(
         if retry_after_seconds > 0 and (keep_attempt or job.attempts < max_attempts):
             conn.execute(
                 "UPDATE jobs SET state = 'pending', worker_id = '', lease_expires_at = 0,"
-                " next_attempt_at = ?, attempts = max(0, attempts - ?) WHERE id = ?",
+                f" next_attempt_at = ?, attempts = {dialect(conn).greatest}(0, attempts - ?)"
+                " WHERE id = ?",
                 (now + retry_after_seconds, int(keep_attempt), job_id),
             )
         else:

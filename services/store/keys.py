@@ -12,13 +12,12 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-import apsw
-
 from services.common.vocabulary import SCOPES
 from services.store import projects
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, KeyExists, KeyNotFound, VectorStoreNotFound
 from services.store.records import DEFAULT_PROJECT, ApiKey, KeyState, KeyUsage
+from services.store.sql import Connection, dialect
 
 PREFIX = "rk-"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -66,7 +65,7 @@ def _row(row: Sequence[Any]) -> ApiKey:
 
 
 def create(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     name: str,
     scope: str,
@@ -123,14 +122,14 @@ def create(
         return _one(conn, "k.name = ?", (name,), now), secret
 
 
-def _one(conn: apsw.Connection, where: str, args: tuple[object, ...], now: float) -> ApiKey:
+def _one(conn: Connection, where: str, args: tuple[object, ...], now: float) -> ApiKey:
     row = conn.execute(f"SELECT {_COLUMNS} {_FROM} WHERE {where}", (day_of(now), *args)).fetchone()
     if row is None:
         raise KeyNotFound(str(args[0]))
     return _row(row)
 
 
-def authenticate(conn: apsw.Connection, secret: str, now: float) -> ApiKey | None:
+def authenticate(conn: Connection, secret: str, now: float) -> ApiKey | None:
     """The live (not revoked) key with this secret, or None."""
     try:
         with atomic(conn, write=False):
@@ -139,7 +138,7 @@ def authenticate(conn: apsw.Connection, secret: str, now: float) -> ApiKey | Non
         return None
 
 
-def list_keys(conn: apsw.Connection, now: float, *, revoked: bool = False) -> list[ApiKey]:
+def list_keys(conn: Connection, now: float, *, revoked: bool = False) -> list[ApiKey]:
     where = "" if revoked else "WHERE k.revoked_at = 0"
     with atomic(conn, write=False):
         rows = conn.execute(
@@ -148,7 +147,7 @@ def list_keys(conn: apsw.Connection, now: float, *, revoked: bool = False) -> li
     return [_row(row) for row in rows]
 
 
-def state(conn: apsw.Connection) -> KeyState:
+def state(conn: Connection) -> KeyState:
     """What gateways poll to learn, within a second, that keys exist or one was revoked."""
     with atomic(conn, write=False):
         row = conn.execute(
@@ -157,7 +156,7 @@ def state(conn: apsw.Connection) -> KeyState:
     return KeyState(keys=int(row[0]), revoked=int(row[1])) if row else KeyState(0, 0)
 
 
-def revoke(conn: apsw.Connection, name: str, now: float) -> ApiKey:
+def revoke(conn: Connection, name: str, now: float) -> ApiKey:
     """Revokes the key for good (its usage stays listed with --revoked)."""
     with atomic(conn):
         found = _one(conn, "k.name = ? AND k.revoked_at = 0", (name,), now)
@@ -165,7 +164,7 @@ def revoke(conn: apsw.Connection, name: str, now: float) -> ApiKey:
     return found
 
 
-def record_usage(conn: apsw.Connection, usages: Sequence[KeyUsage], now: float) -> None:
+def record_usage(conn: Connection, usages: Sequence[KeyUsage], now: float) -> None:
     """Adds what gateways counted since their last report; unknown names are skipped."""
     day = day_of(now)
     with atomic(conn):
@@ -176,20 +175,20 @@ def record_usage(conn: apsw.Connection, usages: Sequence[KeyUsage], now: float) 
             conn.execute(
                 "UPDATE api_keys SET requests = requests + ?, searches = searches + ?,"
                 " embedded_tokens = embedded_tokens + ?, bytes_stored = bytes_stored + ?,"
-                " last_used_at = max(last_used_at, ?) WHERE id = ?",
+                f" last_used_at = {dialect(conn).greatest}(last_used_at, ?) WHERE id = ?",
                 (usage.requests, usage.searches, usage.embedded_tokens, usage.bytes_stored,
                  int(usage.last_used_at), key),
             )  # fmt: skip
             conn.execute(
                 "INSERT INTO api_key_days (key_id, day, requests, embedded_tokens)"
                 " VALUES (?, ?, ?, ?) ON CONFLICT (key_id, day) DO UPDATE SET"
-                " requests = requests + excluded.requests,"
-                " embedded_tokens = embedded_tokens + excluded.embedded_tokens",
+                " requests = api_key_days.requests + excluded.requests,"
+                " embedded_tokens = api_key_days.embedded_tokens + excluded.embedded_tokens",
                 (key, day, usage.requests, usage.embedded_tokens),
             )
 
 
-def carry_revocations(live: apsw.Connection, restored: apsw.Connection) -> int:
+def carry_revocations(live: Connection, restored: Connection) -> int:
     """Revokes in `restored`, a database about to replace `live`, the keys revoked in `live`
     (matched by digest: a key is its secret); returns how many it revoked."""
     revoked = live.execute("SELECT revoked_at, digest FROM api_keys WHERE revoked_at > 0")

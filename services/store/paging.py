@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import apsw
-
 from services.store.errors import InvalidArgument
+from services.store.sql import Connection
 
 # OpenAI lets a files listing ask for up to 10,000; callers apply tighter API limits.
 MAX_LIST_LIMIT = 10_000
@@ -31,7 +30,7 @@ def unknown_cursor(name: str, cursor: str, what: str) -> InvalidArgument:
 
 
 def fetch_page(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     select: str,
     conditions: Sequence[str],

@@ -8,11 +8,10 @@ import re
 import secrets
 from typing import Any
 
-import apsw
-
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, ProjectExists, ProjectNotFound
 from services.store.records import DEFAULT_PROJECT, Project
+from services.store.sql import Connection
 
 ID_PREFIX = "proj_"
 DEFAULT_KEY = 1
@@ -24,7 +23,7 @@ def _project(row: Any) -> Project:
     return Project(id=str(row[0]), name=str(row[1]), created_at=int(row[2]))
 
 
-def create(conn: apsw.Connection, name: str, now: int) -> Project:
+def create(conn: Connection, name: str, now: int) -> Project:
     if not _NAME.fullmatch(name):
         raise InvalidArgument(
             f"a project's name is 1-64 letters, digits, '.', '_' and '-', got {name[:80]!r}"
@@ -40,13 +39,13 @@ def create(conn: apsw.Connection, name: str, now: int) -> Project:
     return Project(public_id, name, now)
 
 
-def list_all(conn: apsw.Connection) -> list[Project]:
+def list_all(conn: Connection) -> list[Project]:
     with atomic(conn, write=False):
         rows = conn.execute(f"SELECT {_COLUMNS} FROM projects ORDER BY id").fetchall()
     return [_project(row) for row in rows]
 
 
-def key_of(conn: apsw.Connection, ref: str) -> int:
+def key_of(conn: Connection, ref: str) -> int:
     """The integer key of the project with this id or name (inside a transaction); raises
     ProjectNotFound."""
     if ref == DEFAULT_PROJECT:
@@ -59,6 +58,6 @@ def key_of(conn: apsw.Connection, ref: str) -> int:
     return int(row[0])
 
 
-def public_id(conn: apsw.Connection, key: int) -> str:
+def public_id(conn: Connection, key: int) -> str:
     row = conn.execute("SELECT public_id FROM projects WHERE id = ?", (key,)).fetchone()
     return str(row[0]) if row is not None else DEFAULT_PROJECT

@@ -20,17 +20,16 @@ import dataclasses
 import secrets
 from typing import Any
 
-import apsw
-
 from services.common.vocabulary import CANCELLED, IN_PROGRESS
 from services.store import shadow, vector_store_files, vector_stores
 from services.store.db import atomic
 from services.store.errors import InvalidArgument, NoReindex, ReindexRunning
 from services.store.records import Chunking, FileCounts, Reindex, VectorStore
+from services.store.sql import Connection
 
 
 def start(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     vector_store_id: str,
     model: str,
@@ -101,7 +100,7 @@ def start(
         return lookup(conn, vector_store_id)
 
 
-def cancel(conn: apsw.Connection, *, vector_store_id: str, now: int) -> VectorStore:
+def cancel(conn: Connection, *, vector_store_id: str, now: int) -> VectorStore:
     """Stops the re-index in progress: its shadow is dropped, the vector store is unchanged."""
     with atomic(conn):
         key, _ = vector_stores.lookup(conn, vector_store_id)
@@ -112,12 +111,12 @@ def cancel(conn: apsw.Connection, *, vector_store_id: str, now: int) -> VectorSt
         return lookup(conn, vector_store_id)
 
 
-def lookup(conn: apsw.Connection, vector_store_id: str) -> VectorStore:
+def lookup(conn: Connection, vector_store_id: str) -> VectorStore:
     key, vector_store = vector_stores.lookup(conn, vector_store_id)
     return with_reindex(conn, key, vector_store)
 
 
-def with_reindex(conn: apsw.Connection, key: int, vector_store: VectorStore) -> VectorStore:
+def with_reindex(conn: Connection, key: int, vector_store: VectorStore) -> VectorStore:
     """The vector store with its latest re-index, live counts while it runs."""
     row = conn.execute(
         "SELECT status, from_model, from_dimensions, model, dimensions, created_at, finished_at,"

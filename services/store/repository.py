@@ -47,6 +47,7 @@ from services.store import (
     vector_index,
     vector_stores,
 )
+from services.store.config import PostgresSettings
 from services.store.db import (
     ThreadConnections,
     atomic,
@@ -56,7 +57,15 @@ from services.store.db import (
     vectors_error,
 )
 from services.store.disk import DiskWatch
-from services.store.errors import InvalidArgument, MaintenanceRunning, ReplicaUnavailable
+from services.store.errors import (
+    InvalidArgument,
+    MaintenanceRunning,
+    PreconditionFailed,
+    ReplicaUnavailable,
+)
+from services.store.postgres import operations
+from services.store.postgres import schema as postgres_schema
+from services.store.postgres.connection import PostgresConnections
 from services.store.records import (
     DEFAULT_PROJECT,
     EVERYTHING,
@@ -99,6 +108,7 @@ from services.store.replica import ReplicaSettings, ReplicaStatus
 from services.store.retention import RetentionSettings, Swept
 from services.store.search import items as item_search
 from services.store.search.filters import Filter
+from services.store.sql import Connection
 
 DEFAULT_LIST_LIMIT = 20
 
@@ -129,9 +139,18 @@ class Repository:
         max_attempts: int = jobs.MAX_ATTEMPTS,
         operations: OperationsSettings | None = None,
         index: vector_index.IndexSettings | None = None,
+        postgres: PostgresSettings | None = None,
     ) -> None:
+        """`postgres`: the database is PostgreSQL's (RAGD_DATABASE_URL); `path` is then only
+        where the store's own files go (backups, full-text indexes of SQLite's engine)."""
         self._settings = operations or OperationsSettings()
-        self._connections = ThreadConnections(path, checkpoints=self._settings.replica is None)
+        self._sqlite_connections = ThreadConnections(
+            path, checkpoints=self._settings.replica is None
+        )
+        self._connections: ThreadConnections | PostgresConnections = self._sqlite_connections
+        if postgres is not None:
+            self._connections = PostgresConnections(postgres.url, limit=postgres.pool_max)
+        self.postgres = postgres
         self.index = index or vector_index.IndexSettings()
         # Builds in progress: vector store key -> last rowid copied.
         self._builds: dict[int, int] = {}
@@ -143,11 +162,16 @@ class Repository:
         # none is made between the two and lost.
         self._revoking = threading.Lock()
         self._next_prune = 0.0
-        self.disk = DiskWatch(self._connections.path.resolve().parent)
+        self.disk = DiskWatch(self.path.resolve().parent)
 
     @property
     def path(self) -> Path:
-        return self._connections.path
+        return self._sqlite_connections.path
+
+    @property
+    def engine(self) -> str:
+        """The database engine: "sqlite" or "postgres"."""
+        return "sqlite" if self.postgres is None else "postgres"
 
     @property
     def backup_dir(self) -> Path:
@@ -157,22 +181,37 @@ class Repository:
     def _now(self) -> int:
         return int(self._clock())
 
-    def _conn(self) -> apsw.Connection:
+    def _conn(self) -> Connection:
         return self._connections.get()
+
+    def _sqlite(self, what: str) -> apsw.Connection:
+        """The SQLite connection for what only SQLite's engine does here; on PostgreSQL a
+        PreconditionFailed naming the tooling that does it there."""
+        if self.postgres is not None:
+            raise PreconditionFailed(
+                f"{what} is not done by ragd on PostgreSQL: PostgreSQL's own tooling "
+                "(pg_dump, pgBackRest, its VACUUM and autovacuum) owns backups and maintenance"
+            )
+        return self._sqlite_connections.get()
 
     def migrate(self) -> int:
         """Brings the schema up to date; returns its version. Raises DatabaseTooNew. With
         sqlite-vec loaded, also creates the vector tables of vector stores made without it."""
-        version = migrations.migrate(self._conn())
+        if isinstance(self._connections, PostgresConnections):
+            return postgres_schema.migrate(self._connections.get())
+        conn = self._sqlite("migrating a SQLite database")
+        version = migrations.migrate(conn)
         if vectors_available():
-            vector_index.create_missing(self._conn())
-        fulltext.for_database(self._conn()).remove_orphans(self._conn())
+            vector_index.create_missing(conn)
+        fulltext.for_database(conn).remove_orphans(conn)
         return version
 
     @property
     def vectors(self) -> bool:
-        """sqlite-vec is loaded (see db.vectors_available)."""
+        """sqlite-vec is loaded (see db.vectors_available); PostgreSQL has pgvector."""
         self._conn()  # the first connection decides
+        if self.postgres is not None:
+            return True  # pgvector's (postgres/vectors.py)
         return vectors_available()
 
     def close(self) -> None:
@@ -194,7 +233,9 @@ class Repository:
         short transaction at a time, and full-text indexes (fulltext.py): applies what is
         queued, one batch, and rebuilds missing ones; True while work remains. The server
         calls it from a background loop; one caller at a time."""
-        conn = self._conn()
+        if self.postgres is not None:
+            return False  # PostgreSQL keeps its indexes itself, in the same transactions
+        conn = self._sqlite("index building")
         texts = self._fulltext_step(conn)
         if not vectors_available():
             return texts
@@ -271,7 +312,9 @@ class Repository:
     def get_vector_store(self, vector_store_id: str) -> VectorStore:
         with atomic(self._conn(), write=False):
             found = reindex.lookup(self._conn(), vector_store_id)
-        if vector_index.in_memory(self._conn(), found.id, self.index.resident):
+        if self.postgres is None and vector_index.in_memory(
+            self._sqlite("resident vectors"), found.id, self.index.resident
+        ):
             return replace(found, in_memory=True)
         return found
 
@@ -710,7 +753,11 @@ class Repository:
 
     def stats(self) -> Stats:
         return Stats(
-            database=maintenance.stats(self._conn(), path=self.path),
+            database=(
+                maintenance.stats(self._sqlite("stats"), path=self.path)
+                if self.postgres is None
+                else operations.stats(self._conn())
+            ),
             cache_counters=self._cache_counters.snapshot(),
             cache_max_entries=self._settings.cache_max_entries,
             status=self.status(),
@@ -721,13 +768,22 @@ class Repository:
         self.disk.check_recovered()
         usage = self.disk.usage()
         return StoreStatus(
-            schema_version=migrations.schema_version(self._conn()),
+            schema_version=(
+                migrations.schema_version(self._sqlite("status"))
+                if self.postgres is None
+                else postgres_schema.schema_version(self._conn())
+            ),
             disk_free_bytes=usage.free_bytes,
             disk_total_bytes=usage.total_bytes,
             storage_full=self.disk.full,
             models=vector_stores.models_in_use(self._conn(), served),
             vector_index_error="" if self.vectors else vectors_error(),
-            versions=process_versions() | library_versions(self._conn()),
+            versions=process_versions()
+            | (
+                library_versions(self._sqlite("status"))
+                if self.postgres is None
+                else operations.versions(self._conn())
+            ),
         )
 
     @contextmanager
@@ -751,8 +807,9 @@ class Repository:
             if not name:
                 target = maintenance.new_own_path(self.backup_dir, maintenance.BACKUPS, time.time())
             maintenance.make_directories(self.backup_dir, target.parent)
-            maintenance.check_room(self._conn(), target.parent, self._settings.backup_reserve_bytes)
-            result = maintenance.backup(self._conn(), target=target)
+            conn = self._sqlite("a backup")
+            maintenance.check_room(conn, target.parent, self._settings.backup_reserve_bytes)
+            result = maintenance.backup(conn, target=target)
             maintenance.prune_backups(
                 self.backup_dir, maintenance.BACKUPS, self._settings.backup_keep
             )
@@ -766,12 +823,13 @@ class Repository:
         migrations make at its version), then copied aside and migrated forward there, and
         keys revoked in the live database are revoked in that copy too (a restore must not
         bring a revoked key back); only then is it copied over the database in one step."""
+        self._sqlite("a restore")
         source = maintenance.existing_backup(self.backup_dir, name)
         started = time.monotonic()
         size = source.stat().st_size
         restored_version = maintenance.check_backup(source, len(migrations.MIGRATIONS))
         with self._exclusive("restore"):
-            conn = self._conn()
+            conn = self._sqlite("a restore")
             replaced_dir = maintenance.own_directory(self.backup_dir, maintenance.REPLACED)
             maintenance.make_directories(self.backup_dir, replaced_dir)
             # Room for the copy of the live database and for the working copy of the backup.
@@ -852,7 +910,9 @@ class Repository:
     def vacuum(self) -> VacuumResult:
         with self._exclusive("vacuum"):
             return vacuum.vacuum(
-                self._conn(), path=self.path, checkpoint=self._connections.checkpoints
+                self._sqlite("a vacuum"),
+                path=self.path,
+                checkpoint=self._sqlite_connections.checkpoints,
             )
 
     # Conversations and responses

@@ -22,8 +22,6 @@ import json
 import re
 from typing import Any
 
-import apsw
-
 from services.common.vocabulary import ENDED_RESPONSE_STATUSES, PENDING_RESPONSE_STATUSES
 from services.store import access, conversations
 from services.store.conversations import ITEM_COLUMNS, ITEM_FROM, item_record
@@ -44,6 +42,7 @@ from services.store.records import (
     Page,
     ResponseRecord,
 )
+from services.store.sql import Connection
 
 STATUSES = ENDED_RESPONSE_STATUSES
 PENDING_STATUSES = PENDING_RESPONSE_STATUSES
@@ -73,14 +72,14 @@ def _json_object(text: str, name: str) -> str:
     return text or "{}"
 
 
-def _lookup(conn: apsw.Connection, response_id: str) -> tuple[int, tuple[Any, ...]]:
+def _lookup(conn: Connection, response_id: str) -> tuple[int, tuple[Any, ...]]:
     row = conn.execute(f"{_RESPONSE} WHERE r.public_id = ?", (response_id,)).fetchone()
     if row is None:
         raise ResponseNotFound(response_id)
     return int(row[0]), tuple(row[1:])
 
 
-def _record(conn: apsw.Connection, key: int, row: tuple[Any, ...]) -> ResponseRecord:
+def _record(conn: Connection, key: int, row: tuple[Any, ...]) -> ResponseRecord:
     public_id, created, completed, status, model, settings, usage, error, conv, previous = row
     outputs = conn.execute(
         f"SELECT {ITEM_COLUMNS} {ITEM_FROM} WHERE i.response_id = ? AND i.response_role = 'output'"
@@ -103,7 +102,7 @@ def _record(conn: apsw.Connection, key: int, row: tuple[Any, ...]) -> ResponseRe
 
 
 def record(
-    conn: apsw.Connection,
+    conn: Connection,
     response: NewResponse,
     *,
     now: int,
@@ -134,10 +133,10 @@ def record(
         if response.previous_response_id:
             _lookup(conn, response.previous_response_id)
         project, created_by = owner or access.owner(conn, caller)
-        conn.execute(
+        key = conn.execute(
             "INSERT INTO responses (public_id, conversation_id, previous_response_id, created_at,"
             " completed_at, status, model, settings, usage, error, project_id, created_by)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 response.id,
                 conversation,
@@ -152,8 +151,7 @@ def record(
                 project,
                 created_by,
             ),
-        )
-        key = conn.last_insert_rowid()
+        ).get
         # A failed turn stays out of its conversation (the response keeps its input): the
         # client sends it again, the SDK's retries do, and the conversation holds it once.
         joins = conversation if response.status != "failed" else None
@@ -164,7 +162,7 @@ def record(
         return _record(conn, key, _lookup(conn, response.id)[1])
 
 
-def get(conn: apsw.Connection, response_id: str, *, now: float = 0.0) -> ResponseRecord:
+def get(conn: Connection, response_id: str, *, now: float = 0.0) -> ResponseRecord:
     """A recorded response, or a background one under way (without outputs); one whose
     lease ran out is ended as failed first."""
     with atomic(conn, write=False):
@@ -186,7 +184,7 @@ _PENDING = (
 )
 
 
-def _pending(conn: apsw.Connection, response_id: str) -> tuple[Any, ...] | None:
+def _pending(conn: Connection, response_id: str) -> tuple[Any, ...] | None:
     row = conn.execute(f"{_PENDING} WHERE public_id = ?", (response_id,)).fetchone()
     return tuple(row) if row is not None else None
 
@@ -209,7 +207,7 @@ def _pending_record(row: tuple[Any, ...]) -> ResponseRecord:
 
 
 def start(
-    conn: apsw.Connection,
+    conn: Connection,
     response: NewResponse,
     *,
     lease: float,
@@ -229,9 +227,9 @@ def start(
     inputs = json.dumps([dataclasses.asdict(item) for item in response.inputs])
     with atomic(conn):
         taken = conn.execute(
-            "SELECT 1 FROM responses WHERE public_id = ?1"
-            " UNION ALL SELECT 1 FROM pending_responses WHERE public_id = ?1",
-            (response.id,),
+            "SELECT 1 FROM responses WHERE public_id = ?"
+            " UNION ALL SELECT 1 FROM pending_responses WHERE public_id = ?",
+            (response.id, response.id),
         ).fetchone()
         if taken:
             raise ResponseExists(f"response {response.id!r} exists already")
@@ -264,7 +262,7 @@ def start(
 
 
 def renew(
-    conn: apsw.Connection, response_id: str, *, status: str, lease: float, now: float
+    conn: Connection, response_id: str, *, status: str, lease: float, now: float
 ) -> ResponseRecord:
     """The lease of a background response under way extended (and its status set: queued
     becomes in_progress); a response that ended meanwhile (cancelled) comes back as it is,
@@ -282,14 +280,14 @@ def renew(
     return get(conn, response_id, now=now)
 
 
-def cancel(conn: apsw.Connection, response_id: str, *, now: float) -> ResponseRecord:
+def cancel(conn: Connection, response_id: str, *, now: float) -> ResponseRecord:
     """A background response under way ended as cancelled, with its input; one that ended
     already comes back as it is."""
     _finish_pending(conn, response_id, "cancelled", {}, now)
     return get(conn, response_id)
 
 
-def expire(conn: apsw.Connection, *, now: float, response_id: str = "") -> int:
+def expire(conn: Connection, *, now: float, response_id: str = "") -> int:
     """Background responses whose lease ran out ended as failed; how many."""
     rows = conn.execute(
         "SELECT public_id FROM pending_responses WHERE lease_expires_at < ?"
@@ -302,7 +300,7 @@ def expire(conn: apsw.Connection, *, now: float, response_id: str = "") -> int:
 
 
 def _finish_pending(
-    conn: apsw.Connection, response_id: str, status: str, error: dict[str, Any], now: float
+    conn: Connection, response_id: str, status: str, error: dict[str, Any], now: float
 ) -> None:
     with atomic(conn, write=False):
         row = _pending(conn, response_id)
@@ -334,7 +332,7 @@ def _finish_pending(
             conn.execute("DELETE FROM pending_responses WHERE public_id = ?", (response_id,))
 
 
-def delete(conn: apsw.Connection, response_id: str) -> None:
+def delete(conn: Connection, response_id: str) -> None:
     """The response and its items, except those a conversation holds (they stay there); a
     background response under way is dropped (its gateway stops at its next renewal)."""
     with atomic(conn):
@@ -345,7 +343,7 @@ def delete(conn: apsw.Connection, response_id: str) -> None:
         remove(conn, key)
 
 
-def remove(conn: apsw.Connection, key: int) -> None:
+def remove(conn: Connection, key: int) -> None:
     """delete() inside the caller's transaction, by row key (the retention sweep's too)."""
     conn.execute("DELETE FROM items WHERE response_id = ? AND conversation_id IS NULL", (key,))
     conn.execute(
@@ -355,7 +353,7 @@ def remove(conn: apsw.Connection, key: int) -> None:
 
 
 def input_items(
-    conn: apsw.Connection, response_id: str, *, limit: int, order: str, after: str | None
+    conn: Connection, response_id: str, *, limit: int, order: str, after: str | None
 ) -> Page[Item]:
     if not 1 <= limit <= MAX_LIST_LIMIT:
         raise InvalidArgument(f"limit must be 1..{MAX_LIST_LIMIT}, got {limit}")
@@ -385,7 +383,7 @@ def input_items(
 
 
 def history(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     conversation_id: str = "",
     previous_response_id: str = "",

@@ -16,11 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-import apsw
-
 from services.store import audit, conversations, responses
 from services.store.db import atomic
 from services.store.records import AuditEntry
+from services.store.sql import Connection
 
 DAY_SECONDS = 86400
 # Objects deleted per transaction: the write lock is held for one batch at a time.
@@ -61,7 +60,7 @@ def _iso(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def sweep(conn: apsw.Connection, settings: RetentionSettings, *, now: float) -> Swept:
+def sweep(conn: Connection, settings: RetentionSettings, *, now: float) -> Swept:
     """Deletes up to BATCH expired conversations and BATCH expired responses, each kind in
     one transaction with its audit entries."""
     deleted_conversations = deleted_responses = 0

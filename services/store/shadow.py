@@ -14,11 +14,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, cast
 
-import apsw
-
 from services.common.vocabulary import CANCELLED, COMPLETED, FAILED, IN_PROGRESS
 from services.store import vector_stores
 from services.store.records import FileCounts
+from services.store.sql import Connection
 
 # The public id of a shadow, and of an old index in the moment before it is dropped.
 PREFIX = "vsx_"
@@ -38,7 +37,7 @@ class Active:
 _ACTIVE = "SELECT id, shadow_id, chunking_json, max_chunk_tokens FROM reindexes"
 
 
-def active(conn: apsw.Connection, key: int) -> Active | None:
+def active(conn: Connection, key: int) -> Active | None:
     """The re-index in progress of the vector store with this key, if any."""
     row = conn.execute(
         f"{_ACTIVE} WHERE vector_store_id = ? AND status = 'in_progress'", (key,)
@@ -46,7 +45,7 @@ def active(conn: apsw.Connection, key: int) -> Active | None:
     return None if row is None else Active(*row)
 
 
-def counts(conn: apsw.Connection, key: int) -> FileCounts:
+def counts(conn: Connection, key: int) -> FileCounts:
     rows = conn.execute(
         "SELECT status, count(*) FROM vector_store_files WHERE vector_store_id = ? GROUP BY status",
         (key,),
@@ -60,7 +59,7 @@ def counts(conn: apsw.Connection, key: int) -> FileCounts:
     )
 
 
-def settle(conn: apsw.Connection, key: int, now: int) -> None:
+def settle(conn: Connection, key: int, now: int) -> None:
     """After a file of the vector store `key` was finished: if it is a shadow with no file in
     progress, the re-index ends, switching the vector store over or keeping it."""
     row = conn.execute(
@@ -96,7 +95,7 @@ def settle(conn: apsw.Connection, key: int, now: int) -> None:
     _switch(conn, found, original, now)
 
 
-def finish(conn: apsw.Connection, found: Active, status: str, now: int, error: str) -> None:
+def finish(conn: Connection, found: Active, status: str, now: int, error: str) -> None:
     """Ends the re-index without a switch (failed or cancelled): its shadow is dropped."""
     final = counts(conn, found.shadow)
     conn.execute(
@@ -110,7 +109,7 @@ def finish(conn: apsw.Connection, found: Active, status: str, now: int, error: s
 _IDENTITY = "public_id, name, metadata, created_at, last_active_at, expires_anchor, expires_days"
 
 
-def _switch(conn: apsw.Connection, found: Active, original: int, now: int) -> None:
+def _switch(conn: Connection, found: Active, original: int, now: int) -> None:
     """The shadow becomes the vector store: identity, failed and cancelled files (they hold no
     chunks), batches and re-index history move to it; the old index is dropped."""
     shadow = found.shadow

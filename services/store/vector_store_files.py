@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-import apsw
-
 from services.common.vocabulary import (
     COMPLETED,
     FAILED,
@@ -24,6 +22,7 @@ from services.common.vocabulary import (
 from services.store import ingest, shadow
 from services.store.errors import FileNotFound, InvalidArgument, VectorStoreFileNotFound
 from services.store.records import Chunking, LastError, VectorStoreFile
+from services.store.sql import Connection, dialect
 
 # Statuses in which a file's content is (or is being) indexed: attaching it again is a no-op.
 LIVE_STATUSES = (IN_PROGRESS, COMPLETED)
@@ -60,7 +59,7 @@ def to_record(
 
 
 def fetch(
-    conn: apsw.Connection,
+    conn: Connection,
     key: int,
     vector_store_id: str,
     file_id: str,
@@ -116,7 +115,7 @@ def shadow_chunking(found: shadow.Active, file_chunking_json: str) -> str:
 
 
 def add(
-    conn: apsw.Connection,
+    conn: Connection,
     key: int,
     vector_store_id: str,
     file_id: str,
@@ -174,7 +173,7 @@ def add(
     )
     conn.execute(
         "UPDATE vector_stores SET file_count = file_count + ?,"
-        " last_active_at = max(last_active_at, ?) WHERE id = ?",
+        f" last_active_at = {dialect(conn).greatest}(last_active_at, ?) WHERE id = ?",
         (file_delta, now, key),
     )
     found = shadow.active(conn, key) if mirror else None
@@ -194,7 +193,7 @@ def add(
     return fetch(conn, key, vector_store_id, file_id), True
 
 
-def set_attributes(conn: apsw.Connection, key: int, file_id: str, attributes_json: str) -> None:
+def set_attributes(conn: Connection, key: int, file_id: str, attributes_json: str) -> None:
     """Replaces the file's attributes, in the vector store and in its new index."""
     found = shadow.active(conn, key)
     for target in (key,) if found is None else (key, found.shadow):
@@ -205,7 +204,7 @@ def set_attributes(conn: apsw.Connection, key: int, file_id: str, attributes_jso
         )
 
 
-def remove(conn: apsw.Connection, key: int, file_id: str, now: int) -> None:
+def remove(conn: Connection, key: int, file_id: str, now: int) -> None:
     """Removes a file's row, chunks, vectors and job from a vector store and from its new
     index; a removal that finishes a shadow's last file ends its re-index (shadow.settle)."""
     found = shadow.active(conn, key)
@@ -216,7 +215,7 @@ def remove(conn: apsw.Connection, key: int, file_id: str, now: int) -> None:
             shadow.settle(conn, target, now)
 
 
-def remove_everywhere(conn: apsw.Connection, file_id: str, now: int) -> None:
+def remove_everywhere(conn: Connection, file_id: str, now: int) -> None:
     """Removes a file from every vector store that has it (a file being deleted)."""
     keys = cast(
         list[tuple[int]],
@@ -229,7 +228,7 @@ def remove_everywhere(conn: apsw.Connection, file_id: str, now: int) -> None:
         remove(conn, key, file_id, now)
 
 
-def _remove_row(conn: apsw.Connection, key: int, file_id: str) -> bool:
+def _remove_row(conn: Connection, key: int, file_id: str) -> bool:
     row = conn.execute(
         "SELECT chunk_count, usage_bytes FROM vector_store_files"
         " WHERE vector_store_id = ? AND file_id = ?",

@@ -7,10 +7,8 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import apsw
-
 from services.common.vocabulary import FILE_STATUSES
-from services.store import access, compat, fulltext, vector_index
+from services.store import access, compat, engine
 from services.store.db import atomic, try_write
 from services.store.errors import InvalidArgument, VectorStoreNotFound
 from services.store.records import (
@@ -22,6 +20,7 @@ from services.store.records import (
     Page,
     VectorStore,
 )
+from services.store.sql import Connection
 
 # sqlite-vec's limit on a vector column.
 MAX_DIMENSIONS = 8192
@@ -88,7 +87,7 @@ def _to_vector_store(row: tuple[Any, ...]) -> tuple[int, VectorStore]:
     return key, vector_store
 
 
-def lookup(conn: apsw.Connection, vector_store_id: str) -> tuple[int, VectorStore]:
+def lookup(conn: Connection, vector_store_id: str) -> tuple[int, VectorStore]:
     """Returns the vector_store's integer key and record; raises VectorStoreNotFound."""
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM vector_stores WHERE public_id = ? AND shadow_of IS NULL",
@@ -99,7 +98,7 @@ def lookup(conn: apsw.Connection, vector_store_id: str) -> tuple[int, VectorStor
     return _to_vector_store(row)
 
 
-def touch(conn: apsw.Connection, key: int, vector_store: VectorStore, now: int) -> None:
+def touch(conn: Connection, key: int, vector_store: VectorStore, now: int) -> None:
     """Records a search's use of the vector store (for expiry by last_active_at).
 
     At most one write per vector store per second, however many searches arrive, and only when
@@ -116,12 +115,12 @@ def touch(conn: apsw.Connection, key: int, vector_store: VectorStore, now: int) 
         )
 
 
-def project_of(conn: apsw.Connection, key: int) -> int:
+def project_of(conn: Connection, key: int) -> int:
     """The project of the vector store with this integer key (inside a transaction)."""
     return int(conn.execute("SELECT project_id FROM vector_stores WHERE id = ?", (key,)).get or 1)
 
 
-def lookup_key(conn: apsw.Connection, key: int) -> VectorStore:
+def lookup_key(conn: Connection, key: int) -> VectorStore:
     """The vector store with this integer key, which the caller knows exists."""
     row = conn.execute(f"SELECT {_COLUMNS} FROM vector_stores WHERE id = ?", (key,)).fetchone()
     if row is None:
@@ -130,7 +129,7 @@ def lookup_key(conn: apsw.Connection, key: int) -> VectorStore:
 
 
 def insert(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     public_id: str,
     name: str,
@@ -145,10 +144,10 @@ def insert(
 ) -> int:
     """The vector_store's row and its vector tables, inside the caller's transaction; returns
     its key. A re-index's hidden vector store names the one it will replace in `shadow_of`."""
-    conn.execute(
+    key: int = conn.execute(
         "INSERT INTO vector_stores (public_id, name, metadata, model, dimensions, created_at,"
         " last_active_at, expires_anchor, expires_days, max_input_tokens, shadow_of, project_id)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             public_id,
             name,
@@ -162,15 +161,15 @@ def insert(
             shadow_of,
             project,
         ),
-    )
-    key = conn.last_insert_rowid()
-    fulltext.create(conn, key)
-    vector_index.create_tables(conn, key, dimensions)
+    ).get
+    indexes = engine.of(conn)
+    indexes.fulltext.create(conn, key)
+    indexes.vectors.create_tables(conn, key, dimensions)
     return key
 
 
 def create(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     name: str,
     model: str,
@@ -220,7 +219,7 @@ def create(
 
 
 def update(
-    conn: apsw.Connection,
+    conn: Connection,
     vector_store_id: str,
     *,
     name: str | None = None,
@@ -248,7 +247,7 @@ def update(
 
 
 def list_page(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     limit: int,
     order: str,
@@ -297,7 +296,7 @@ def list_page(
     return Page(items=items, has_more=len(rows) > limit)
 
 
-def _cursor_key(conn: apsw.Connection, cursor: str, name: str, caller: Access) -> int:
+def _cursor_key(conn: Connection, cursor: str, name: str, caller: Access) -> int:
     visible, params = access.vector_stores_visible(conn, caller, "vector_stores")
     where = "".join(f" AND {condition}" for condition in visible)
     row = conn.execute(
@@ -312,7 +311,7 @@ def _cursor_key(conn: apsw.Connection, cursor: str, name: str, caller: Access) -
     return int(row[0])
 
 
-def delete(conn: apsw.Connection, vector_store_id: str) -> None:
+def delete(conn: Connection, vector_store_id: str) -> None:
     """Deletes the vector store, its file memberships, chunks and vector table in one transaction.
 
     Its ingest jobs and file batches go too; rows in `files` stay: files exist independently
@@ -323,7 +322,7 @@ def delete(conn: apsw.Connection, vector_store_id: str) -> None:
         drop(conn, key)
 
 
-def drop(conn: apsw.Connection, key: int) -> None:
+def drop(conn: Connection, key: int) -> None:
     """Deletes a vector store by key inside a transaction, with the re-index it has in progress
     (its shadow, reindex.py) and its re-index records."""
     shadows: list[Any] = conn.execute(
@@ -338,15 +337,16 @@ def drop(conn: apsw.Connection, key: int) -> None:
     conn.execute("DELETE FROM vector_store_files WHERE vector_store_id = ?", (key,))
     conn.execute("DELETE FROM file_batches WHERE vector_store_id = ?", (key,))
     conn.execute("DELETE FROM vector_stores WHERE id = ?", (key,))
-    fulltext.drop(conn, key)
-    vector_index.drop_tables(conn, key)
+    indexes = engine.of(conn)
+    indexes.fulltext.drop(conn, key)
+    indexes.vectors.drop_tables(conn, key)
 
 
 # Vector stores named per model in a status: enough to find them, bounded for a health probe.
 MODEL_SAMPLE_IDS = 5
 
 
-def models_in_use(conn: apsw.Connection, served: Sequence[EmbeddingModel] = ()) -> list[ModelUse]:
+def models_in_use(conn: Connection, served: Sequence[EmbeddingModel] = ()) -> list[ModelUse]:
     """The (model, dimensions) pairs the vector stores are indexed with, with how many stores
     each, the ids of the oldest few, and whether one of `served` fits them."""
     with atomic(conn, write=False):

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import math
 
-import apsw
 import numpy as np
 
 from services.common.vectors import FloatMatrix, to_bytes
 from services.common.vocabulary import HYBRID, LEXICAL, SEARCH_MODES, VECTOR
-from services.store import fulltext, vector_stores
+from services.store import engine, fulltext, vector_stores
 from services.store.compat import check_vectors
 from services.store.db import atomic, vectors_available, vectors_error
 from services.store.errors import FullTextUnavailable, InvalidArgument, VectorsUnavailable
 from services.store.records import SearchHit
 from services.store.search import hits, hybrid, lexical, vector
 from services.store.search.filters import Filter, compile_filter
+from services.store.sql import Connection, dialect
 from services.store.vector_index import MAX_K, IndexSettings
 
 __all__ = ["HYBRID", "LEXICAL", "SEARCH_MODES", "VECTOR", "run"]
@@ -58,7 +58,7 @@ def runnable_mode(mode: str, text: str) -> str:
 
 
 def run(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     vector_store_id: str,
     mode: str,
@@ -91,7 +91,7 @@ def run(
     _check(mode, values, text, k, score_threshold)
     if vector_weight is not None and not (math.isfinite(vector_weight) and 0 <= vector_weight <= 1):
         raise InvalidArgument(f"vector_weight must be 0..1, got {vector_weight}")
-    condition = compile_filter(filter) if filter is not None else None
+    condition = compile_filter(filter, dialect=dialect(conn)) if filter is not None else None
     blob = b""
     if values is not None and mode != LEXICAL:
         blob = query if isinstance(query, bytes) else to_bytes(values)
@@ -145,14 +145,14 @@ def run(
     return found
 
 
-def _catch_up(conn: apsw.Connection, vector_store_id: str, mode: str) -> bool:
+def _catch_up(conn: Connection, vector_store_id: str, mode: str) -> bool:
     """Brings the vector_store's full-text index up to every write committed so far (outside
     any transaction: it writes). False while the index is rebuilt: a hybrid search goes on by
     vector alone, a lexical one is refused."""
     with atomic(conn, write=False):
         key, _ = vector_stores.lookup(conn, vector_store_id)
     try:
-        fulltext.for_database(conn).catch_up(conn, key)
+        engine.of(conn).fulltext.for_database(conn).catch_up(conn, key)
     except fulltext.Unavailable as error:
         if mode == LEXICAL:
             raise FullTextUnavailable(str(error)) from None

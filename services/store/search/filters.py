@@ -15,11 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-import apsw
-
 from services.common.vocabulary import FILTER_COMPOUNDS, MAX_FILTER_DEPTH
 from services.store.errors import InvalidArgument
 from services.store.records import AttributeValue
+from services.store.sql import POSTGRES, SQLITE, Connection, Dialect
 
 EQUALITY_OPS = ("eq", "ne")
 ORDER_OPS = ("gt", "gte", "lt", "lte")
@@ -112,53 +111,84 @@ def validate(node: Filter, depth: int = 0) -> int:
     return terms
 
 
-# SQL. `a` is one json_each row of the attributes object: key, value and JSON type, so the
-# typed tests keep strings, numbers and booleans apart (json_each reports booleans as the
-# types 'true'/'false', numbers as 'integer'/'real').
+# SQL. `a` is one row of the attributes object's entries: key, value and JSON type, so the
+# typed tests keep strings, numbers and booleans apart. SQLite's json_each reports booleans as
+# the types 'true'/'false', numbers as 'integer'/'real'; PostgreSQL's jsonb_typeof says
+# 'boolean', 'number', 'string', and its text comparisons are made bytewise (COLLATE "C") as
+# SQLite's are.
 
 
-def _typed_test(value: AttributeValue, sql_op: str, params: list[Any]) -> str:
+@dataclass(frozen=True)
+class _AttributeSql:
+    entries: str  # the rows `a` of {column}
+    boolean: str  # with ? = 'true' or 'false'
+    text: str  # with {op} ?
+    number: str
+
+
+_ATTRIBUTE_SQL = {
+    SQLITE.name: _AttributeSql(
+        entries="json_each({column}) AS a",
+        boolean="a.type = ?",
+        text="(a.type = 'text' AND a.value {op} ?)",
+        number="(a.type IN ('integer', 'real') AND a.value {op} ?)",
+    ),
+    POSTGRES.name: _AttributeSql(
+        entries="jsonb_each({column}::jsonb) AS a",
+        boolean="(jsonb_typeof(a.value) = 'boolean' AND a.value #>> '{{}}' = ?)",
+        text="(jsonb_typeof(a.value) = 'string' AND (a.value #>> '{{}}') COLLATE \"C\" {op} ?)",
+        number="(jsonb_typeof(a.value) = 'number' AND (a.value #>> '{{}}')::numeric {op} ?)",
+    ),
+}
+
+
+def _typed_test(value: AttributeValue, sql_op: str, params: list[Any], forms: _AttributeSql) -> str:
     if isinstance(value, bool):
         params.append("true" if value else "false")
-        return "a.type = ?"
+        return forms.boolean.format()
     params.append(value)
     if isinstance(value, str):
-        return f"(a.type = 'text' AND a.value {sql_op} ?)"
-    return f"(a.type IN ('integer', 'real') AND a.value {sql_op} ?)"
+        return forms.text.format(op=sql_op)
+    return forms.number.format(op=sql_op)
 
 
-def _exists(column: str, key: str, tests: list[str], params: list[Any], key_index: int) -> str:
+def _exists(
+    column: str, key: str, tests: list[str], params: list[Any], key_index: int, forms: _AttributeSql
+) -> str:
     params.insert(key_index, key)
     return (
-        f"EXISTS (SELECT 1 FROM json_each({column}) AS a WHERE a.key = ?"
+        f"EXISTS (SELECT 1 FROM {forms.entries.format(column=column)} WHERE a.key = ?"
         f" AND ({' OR '.join(tests)}))"
     )
 
 
-def _compile(node: Filter, column: str, params: list[Any]) -> str:
+def _compile(node: Filter, column: str, params: list[Any], forms: _AttributeSql) -> str:
     if isinstance(node, Compound):
         joiner = " AND " if node.op == "and" else " OR "
-        return "(" + joiner.join(_compile(child, column, params) for child in node.filters) + ")"
+        parts = (_compile(child, column, params, forms) for child in node.filters)
+        return "(" + joiner.join(parts) + ")"
     key_index = len(params)
     if node.op in SET_OPS:
-        tests = [_typed_test(value, "=", params) for value in node.values]
+        tests = [_typed_test(value, "=", params, forms) for value in node.values]
         negate = node.op == "nin"
     else:
         assert node.value is not None
-        tests = [_typed_test(node.value, _SQL_ORDER.get(node.op, "="), params)]
+        tests = [_typed_test(node.value, _SQL_ORDER.get(node.op, "="), params, forms)]
         negate = node.op == "ne"
-    sql = _exists(column, node.key, tests, params, key_index)
+    sql = _exists(column, node.key, tests, params, key_index, forms)
     return f"NOT {sql}" if negate else sql
 
 
-def compile_filter(node: Filter, column: str = "cf.attributes") -> tuple[str, list[Any]]:
+def compile_filter(
+    node: Filter, column: str = "cf.attributes", dialect: Dialect = SQLITE
+) -> tuple[str, list[Any]]:
     """A boolean SQL expression over the JSON attributes in `column`, and its parameters.
 
     Every key and value is a bound parameter; `column` is ours, never user input.
     """
     validate(node)
     params: list[Any] = []
-    return _compile(node, column, params), params
+    return _compile(node, column, params, _ATTRIBUTE_SQL[dialect.name]), params
 
 
 # The reference semantics, used by tests to check the SQL.
@@ -199,9 +229,7 @@ MATCHING_FILES_SQL = """
 """
 
 
-def matching_files(
-    conn: apsw.Connection, key: int, condition: tuple[str, Sequence[Any]]
-) -> list[str]:
+def matching_files(conn: Connection, key: int, condition: tuple[str, Sequence[Any]]) -> list[str]:
     """The completed files of vector store `key` whose attributes pass a compiled filter."""
     sql = MATCHING_FILES_SQL.format(condition=condition[0])
     return [cast(str, row[0]) for row in conn.execute(sql, [key, *condition[1]]).fetchall()]

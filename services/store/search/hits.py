@@ -12,9 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-import apsw
-
 from services.store.records import SearchHit, chunk_public_id
+from services.store.sql import Connection, dialect
 
 # The chunks' text and source, by chunk key (a JSON array, bound as one parameter). Chunks
 # exist only for completed files (written in the same transaction as the status); the
@@ -24,15 +23,12 @@ SELECT c.id, c.file_id, c.chunk_index, c.text, f.filename, cf.attributes
 FROM chunks AS c
 JOIN vector_store_files AS cf ON cf.vector_store_id = c.vector_store_id AND cf.file_id = c.file_id
 JOIN files AS f ON f.id = c.file_id
-WHERE c.id IN (SELECT value FROM json_each(?)) AND cf.status = 'completed'
+WHERE c.id IN {ids} AND cf.status = 'completed'
 """
 
 # `+vector_store_id`: the rowids lead; with the plain term SQLite scans the vector_store's index,
 # every chunk of it (~50 ms at 1M chunks), to find a hundred.
-_FILES_SQL = (
-    "SELECT id, file_id FROM chunks"
-    " WHERE id IN (SELECT value FROM json_each(?)) AND +vector_store_id = ?"
-)
+_FILES_SQL = "SELECT id, file_id FROM chunks WHERE id IN {ids} AND +vector_store_id = ?"
 
 # chunk key, file id, chunk index, text, filename, attributes JSON
 _DetailRow = tuple[int, str, int, str, str, str]
@@ -47,14 +43,16 @@ class Candidate:
     score: float
 
 
-def files(conn: apsw.Connection, vector_store: int, keys: Sequence[int]) -> dict[int, str]:
+def files(conn: Connection, vector_store: int, keys: Sequence[int]) -> dict[int, str]:
     """The file of each chunk key that exists in the vector store."""
-    rows = conn.execute(_FILES_SQL, (json.dumps(list(keys)), vector_store)).fetchall()
+    rows = conn.execute(
+        _FILES_SQL.format(ids=dialect(conn).int_list), (json.dumps(list(keys)), vector_store)
+    ).fetchall()
     return {cast(int, key): cast(str, file_id) for key, file_id in rows}
 
 
 def load(
-    conn: apsw.Connection,
+    conn: Connection,
     ranked: Sequence[tuple[int, float]],
     ranks: Mapping[int, tuple[int, int]] | None = None,
 ) -> list[SearchHit]:
@@ -65,7 +63,11 @@ def load(
         return []
     ids = json.dumps([key for key, _ in ranked])
     details = {
-        row[0]: row for row in cast(list[_DetailRow], conn.execute(_DETAILS_SQL, (ids,)).fetchall())
+        row[0]: row
+        for row in cast(
+            list[_DetailRow],
+            conn.execute(_DETAILS_SQL.format(ids=dialect(conn).int_list), (ids,)).fetchall(),
+        )
     }
     hits = []
     for key, score in ranked:

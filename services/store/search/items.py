@@ -19,10 +19,12 @@ from services.store import access, conversations
 from services.store.conversations import ITEM_COLUMNS, ITEM_FROM, item_record
 from services.store.db import atomic, vectors_available
 from services.store.errors import InvalidArgument
+from services.store.postgres import history
 from services.store.records import EVERYTHING, Access, ItemHit, PendingText
 from services.store.search.hybrid import candidate_count, reciprocal_rank_fusion
 from services.store.search.lexical import fts_query, score_from_bm25
 from services.store.search.vector import score_from_distance
+from services.store.sql import POSTGRES, Connection, dialect
 
 MAX_K = 100
 MAX_PENDING = 256
@@ -58,7 +60,7 @@ LIMIT ?
 
 
 def search(
-    conn: apsw.Connection,
+    conn: Connection,
     *,
     text: str,
     k: int,
@@ -100,8 +102,14 @@ def search(
 
 
 def _lexical(
-    conn: apsw.Connection, text: str, k: int, condition: str, scope: list[Any]
+    conn: Connection, text: str, k: int, condition: str, scope: list[Any]
 ) -> list[ItemHit]:
+    if dialect(conn) is POSTGRES:
+        found = history.lexical(
+            conn, text, k, columns=ITEM_COLUMNS, source=ITEM_FROM, condition=condition, scope=scope
+        )
+        best = found[0][0] if found else 0.0
+        return [ItemHit(item_record(row), score_from_bm25(rank, best)) for rank, row in found]
     query = fts_query(text)
     if query is None:
         return []
@@ -112,8 +120,20 @@ def _lexical(
 
 
 def _vector(
-    conn: apsw.Connection, vector: bytes, model: str, k: int, condition: str, scope: list[Any]
+    conn: Connection, vector: bytes, model: str, k: int, condition: str, scope: list[Any]
 ) -> list[ItemHit]:
+    if dialect(conn) is POSTGRES:
+        nearest = history.vector(
+            conn,
+            vector,
+            model,
+            k,
+            columns=ITEM_COLUMNS,
+            source=ITEM_FROM,
+            condition=condition,
+            scope=scope,
+        )
+        return [ItemHit(item_record(row), score_from_distance(d)) for d, row in nearest]
     sql = _VECTOR.format(columns=ITEM_COLUMNS, source=ITEM_FROM, condition=condition)
     try:
         rows: list[Any] = conn.execute(sql, [vector, model, *scope, k]).fetchall()
@@ -136,7 +156,7 @@ def _fuse(vector: Sequence[ItemHit], lexical: Sequence[ItemHit], k: int) -> list
     return [replace(by_id[item_id], score=min(1.0, value / best)) for item_id, value in fused[:k]]
 
 
-def pending(conn: apsw.Connection, model: str, after: int, limit: int) -> list[PendingText]:
+def pending(conn: Connection, model: str, after: int, limit: int) -> list[PendingText]:
     """Up to `limit` conversation items after key `after` that have no vector of `model`."""
     if not model or not 1 <= limit <= MAX_PENDING:
         raise InvalidArgument(f"pending texts need a model and a limit of 1..{MAX_PENDING}")
@@ -146,7 +166,7 @@ def pending(conn: apsw.Connection, model: str, after: int, limit: int) -> list[P
 
 
 def put_vectors(
-    conn: apsw.Connection, model: str, dimensions: int, keys: Sequence[int], data: bytes
+    conn: Connection, model: str, dimensions: int, keys: Sequence[int], data: bytes
 ) -> int:
     """Stores the vectors of items `keys` (rows of `data`); items deleted meanwhile are
     skipped. Returns how many were written."""
@@ -159,8 +179,9 @@ def put_vectors(
     with atomic(conn):
         for index, key in enumerate(keys):
             conn.execute(
-                "INSERT OR REPLACE INTO item_vectors (item_id, model, vector)"
-                " SELECT id, ?, ? FROM items WHERE id = ?",
+                "INSERT INTO item_vectors (item_id, model, vector)"
+                " SELECT id, ?, ? FROM items WHERE id = ?"
+                " ON CONFLICT (item_id, model) DO UPDATE SET vector = excluded.vector",
                 (model, data[index * size : (index + 1) * size], key),
             )
             written += conn.changes()

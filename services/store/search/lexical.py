@@ -13,10 +13,9 @@ from __future__ import annotations
 import string
 from collections.abc import Sequence
 
-import apsw
-
-from services.store import fulltext
+from services.store import engine
 from services.store.search.filters import matching_files
+from services.store.sql import Connection
 
 # A query keeps at most this many distinct words, its longest: each is a posting-list scan and
 # a bm25 term for every chunk it matches. On 50-word queries over 10k chunks the 16 longest
@@ -86,7 +85,7 @@ def score_from_bm25(rank: float, best: float) -> float:
 
 
 def ranked(
-    conn: apsw.Connection,
+    conn: Connection,
     key: int,
     *,
     text: str,
@@ -103,7 +102,10 @@ def ranked(
     if not words:
         return [], 0.0
     files = matching_files(conn, key, condition) if condition is not None else None
-    return fulltext.for_database(conn).search(key, words, k, files)
+    found: tuple[list[tuple[int, float]], float] = (
+        engine.of(conn).fulltext.for_database(conn).search(key, words, k, files)
+    )
+    return found
 
 
 def relative(found: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import apsw
-
-from services.store import vector_index
+from services.store import engine, vector_index
 from services.store.compat import check_query
 from services.store.records import VectorStore
 from services.store.search.filters import MATCHING_FILES_SQL
+from services.store.sql import Connection
 from services.store.vector_index import IndexSettings
 
 # A filter allows the chunks of the completed files whose attributes match (MATCHING_FILES_SQL,
@@ -47,7 +46,7 @@ def score_from_distance(distance: float) -> float:
 
 
 def ranked(
-    conn: apsw.Connection,
+    conn: Connection,
     key: int,
     vector_store: VectorStore,
     *,
@@ -67,7 +66,7 @@ def ranked(
     check_query(vector_store, model, len(query) // 4)
     found = None
     if condition is None:
-        found = vector_index.resident_nearest(
+        found = engine.of(conn).vectors.resident_nearest(
             conn,
             key,
             query,
@@ -80,7 +79,7 @@ def ranked(
         )
     if found is None:
         allowed = allowed_chunks(key, *condition) if condition is not None else None
-        found = vector_index.nearest_ids(
+        found = engine.of(conn).vectors.nearest_ids(
             conn,
             key,
             query,
@@ -94,10 +93,8 @@ def ranked(
     return [(chunk_key, score_from_distance(distance)) for chunk_key, distance in found]
 
 
-def scores_of(
-    conn: apsw.Connection, key: int, query: bytes, ids: Sequence[int]
-) -> dict[int, float]:
+def scores_of(conn: Connection, key: int, query: bytes, ids: Sequence[int]) -> dict[int, float]:
     """The exact scores (score_from_distance) of `query` against these chunks, inside the
     caller's read transaction: hybrid search's evidence for a chunk only the words found."""
-    found = vector_index.distances(conn, key, query, ids)
+    found = engine.of(conn).vectors.distances(conn, key, query, ids)
     return {chunk_key: score_from_distance(distance) for chunk_key, distance in found}

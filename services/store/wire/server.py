@@ -55,6 +55,7 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
     use_sqlite_vec(config.sqlite_vec_path)
     repository = Repository(
         config.db_path,
+        postgres=config.postgres,
         operations=OperationsSettings(
             backup_dir=config.backup_dir,
             backup_keep=config.backup_keep,

@@ -1,0 +1,45 @@
+"""The store server on PostgreSQL (issue 31): the same gRPC contract over the other engine, and
+what it leaves to PostgreSQL's own tooling."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from services.pb import store_pb2 as pb
+from services.store.config import PostgresSettings
+from tests.engines import Database
+from tests.store_fixtures import expect_status, new_vector_store, running_store
+
+pytestmark = pytest.mark.engines("postgres")
+
+
+def test_the_store_serves_from_postgres_and_names_it(database: Database) -> None:
+    async def main() -> None:
+        async with running_store(database.path, postgres=_settings(database)) as store:
+            created = await new_vector_store(store)
+            listed = await store.stub.ListVectorStores(pb.ListVectorStoresRequest(limit=10))
+            assert [found.id for found in listed.vector_stores] == [created.id]
+            status = await store.stub.GetStatus(pb.GetStatusRequest())
+            assert status.schema_version >= 15
+            assert status.versions["engine"] == "postgres"
+            assert status.versions["postgresql"].startswith("18")
+            stats = await store.stub.GetStats(pb.GetStatsRequest())
+            assert stats.db_bytes > 0
+            for call in (
+                store.stub.Backup(pb.BackupRequest()),
+                store.stub.Vacuum(pb.VacuumRequest()),
+            ):
+                details = await expect_status(call, grpc.StatusCode.FAILED_PRECONDITION)
+                assert "PostgreSQL's own tooling" in details
+        # Nothing of the database went to the local folder.
+        assert not database.path.exists()
+
+    asyncio.run(main())
+
+
+def _settings(database: Database) -> PostgresSettings:
+    assert database.url is not None
+    return PostgresSettings(url=database.url)
