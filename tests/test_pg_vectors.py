@@ -243,3 +243,15 @@ def test_ef_search_grows_with_k_and_rows() -> None:
     assert vectors.ef_search(10, 100_000, settings) == 160
     assert vectors.ef_search(10, 1_000_000, settings) == 320
     assert vectors.ef_search(400, 1_000_000, settings) == vectors.MAX_EF_SEARCH
+
+
+def test_a_search_leaves_the_transactions_settings_alone(
+    conn: psycopg.Connection[Any], store: tuple[list[int], np.ndarray]
+) -> None:
+    with conn.transaction():
+        vectors.nearest_ids(
+            conn, 1, _queries()[0].tobytes(), 10, dimensions=DIMS, rows=ROWS, files=["file-1"],
+            settings=INDEXED,
+        )
+        row = conn.execute("SELECT current_setting('enable_sort')").fetchone()
+    assert row == ("on",)

@@ -214,7 +214,7 @@ def nearest_ids(
 ) -> Hits:
     """The k chunks nearest to `query` (float32 bytes of the vector store's dimensions) by
     cosine distance, as (chunk id, distance as float32) ordered by (distance, chunk id), inside
-    the caller's transaction (it sets hnsw.* for it alone).
+    the caller's transaction (hnsw.* are set for its own statement only).
 
     `rows` is the vector store's chunk count. `files` (the completed files a compiled filter
     allows: filters.matching_files) restricts the search to their chunks, never losing one
@@ -255,9 +255,9 @@ def nearest_ids(
 
 
 def _settings(conn: Connection[Any], values: Mapping[str, object]) -> None:
-    """SET LOCAL for each: set_config(..., true) takes them as bound parameters."""
-    for name, value in values.items():
-        _run(conn, "SELECT set_config(%s, %s, true)", [name, str(value)])
+    """SET LOCAL for each, in one statement: set_config(..., true) takes bound parameters."""
+    calls = ", ".join(["set_config(%s, %s, true)"] * len(values))
+    _run(conn, f"SELECT {calls}", [part for pair in values.items() for part in map(str, pair)])
 
 
 def _filter(filtered: bool) -> str:
@@ -285,9 +285,12 @@ def _indexed(
         changes["hnsw.max_scan_tuples"] = scan or 20_000 + candidates
     else:
         changes["hnsw.iterative_scan"] = "off"
-    _settings(conn, changes)
     sql = _indexed_sql(key, dimensions, params["files"] is not None)
-    return _hits(_run(conn, sql, {**params, "candidates": candidates}))
+    # In a savepoint rolled back after the read: the settings end with this statement, not
+    # with the caller's transaction (a hybrid search's other statements plan as usual).
+    with conn.transaction(force_rollback=True):
+        _settings(conn, changes)
+        return _hits(_run(conn, sql, {**params, "candidates": candidates}))
 
 
 def _indexed_sql(key: int, dimensions: int, filtered: bool) -> str:
