@@ -47,9 +47,7 @@ def connected(server: PostgresServer) -> Iterator[psycopg.Connection[Any]]:
 
 
 def add_store(conn: psycopg.Connection[Any], key: int, dimensions: int) -> None:
-    conn.execute(
-        "INSERT INTO vector_stores (id, dimensions) VALUES (%s, %s)", [key, dimensions]
-    )
+    conn.execute("INSERT INTO vector_stores (id, dimensions) VALUES (%s, %s)", [key, dimensions])
 
 
 def add_chunks(

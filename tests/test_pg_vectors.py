@@ -32,7 +32,8 @@ def conn(postgres: PostgresServer) -> Iterator[psycopg.Connection[Any]]:
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
-    return (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype("<f4")
+    unit: np.ndarray = (rows / np.linalg.norm(rows, axis=-1, keepdims=True)).astype("<f4")
+    return unit
 
 
 @pytest.fixture(scope="module")
@@ -53,9 +54,10 @@ def store(conn: psycopg.Connection[Any]) -> tuple[list[int], np.ndarray]:
         other = pg_tables.add_chunks(conn, 2, f"file-{number}", ["y"] * 5)
         with conn.transaction():
             rows = matrix[number * per_file : (number + 1) * per_file]
-            vectors.insert(conn, 1, [(i, v.tobytes()) for i, v in zip(ids[-per_file:], rows)])
+            pairs = zip(ids[-per_file:], rows, strict=True)
+            vectors.insert(conn, 1, [(i, v.tobytes()) for i, v in pairs])
             noise = _unit(rng.standard_normal((5, 8)))
-            vectors.insert(conn, 2, [(i, v.tobytes()) for i, v in zip(other, noise)])
+            vectors.insert(conn, 2, [(i, v.tobytes()) for i, v in zip(other, noise, strict=True)])
     return ids, matrix
 
 
@@ -70,7 +72,9 @@ def _exact(
     (distance, id)."""
     norms = np.linalg.norm(matrix, axis=1) * np.linalg.norm(query)
     distance = (1.0 - (matrix @ query) / norms).astype(np.float32)
-    pairs = [(i, float(d)) for i, d in zip(ids, distance) if allowed is None or i in allowed]
+    pairs = [
+        (i, float(d)) for i, d in zip(ids, distance, strict=True) if allowed is None or i in allowed
+    ]
     return sorted(pairs, key=lambda pair: (pair[1], pair[0]))[:k]
 
 
@@ -100,7 +104,7 @@ def test_indexed_search_has_the_exact_scores_and_recall(
     conn: psycopg.Connection[Any], store: tuple[list[int], np.ndarray], k: int
 ) -> None:
     ids, matrix = store
-    exact = dict(zip(ids, range(len(ids))))
+    exact = dict(zip(ids, range(len(ids)), strict=True))
     hits = 0
     for query in _queries():
         found = _search(conn, query, k, settings=INDEXED)
@@ -145,7 +149,8 @@ def test_a_filter_keeps_its_chunks_and_recall(
     files = [f"file-{number}" for number in range(0, FILES, FILES // kept)]
     per_file = ROWS // FILES
     allowed = {
-        ids[number * per_file + i] for number in range(0, FILES, FILES // kept)
+        ids[number * per_file + i]
+        for number in range(0, FILES, FILES // kept)
         for i in range(per_file)
     }
     hits = 0
@@ -229,7 +234,7 @@ def test_a_large_vector_store_without_index_is_searched_exactly(
     matrix = _unit(rng.standard_normal((30, 4100)))
     ids = pg_tables.add_chunks(conn, 6, "f", ["z"] * 30)
     with conn.transaction():
-        vectors.insert(conn, 6, [(i, v.tobytes()) for i, v in zip(ids, matrix)])
+        vectors.insert(conn, 6, [(i, v.tobytes()) for i, v in zip(ids, matrix, strict=True)])
         found = vectors.nearest_ids(
             conn, 6, matrix[4].tobytes(), 3, dimensions=4100, rows=10**6, settings=INDEXED
         )
@@ -250,7 +255,13 @@ def test_a_search_leaves_the_transactions_settings_alone(
 ) -> None:
     with conn.transaction():
         vectors.nearest_ids(
-            conn, 1, _queries()[0].tobytes(), 10, dimensions=DIMS, rows=ROWS, files=["file-1"],
+            conn,
+            1,
+            _queries()[0].tobytes(),
+            10,
+            dimensions=DIMS,
+            rows=ROWS,
+            files=["file-1"],
             settings=INDEXED,
         )
         row = conn.execute("SELECT current_setting('enable_sort')").fetchone()

@@ -181,8 +181,8 @@ def insert(conn: Connection[Any], key: int, rows: Sequence[tuple[int, bytes]]) -
     """Writes (chunk id, float32 bytes) pairs onto the vector store's chunks, which exist."""
     with _cursor(conn) as cursor:
         cursor.executemany(
-            f"UPDATE chunks SET embedding = %s::vector WHERE id = %s AND vector_store_id = {key:d}"
-            .encode(),
+            "UPDATE chunks SET embedding = %s::vector"
+            f" WHERE id = %s AND vector_store_id = {key:d}".encode(),
             [(Vector(blob), chunk) for chunk, blob in rows],
         )
 
