@@ -52,6 +52,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--snippets", type=Path, default=Path("bench/results/cache"))
     parser.add_argument("--out", type=Path, default=Path("bench/results/pg-search"))
+    parser.add_argument(
+        "--toast-target",
+        type=int,
+        default=0,
+        help="chunks' toast_tuple_target before the load (0: PostgreSQL's 2032 bytes)",
+    )
     args = parser.parse_args(argv)
     data, queries, query_texts = _material(args.snippets, args.rows)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -59,9 +65,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     with _server(args.out / f"pgdata-{args.rows}") as server:
         url = server.url(server.create_database())
         with psycopg.connect(url, autocommit=True) as conn:
-            results["load"] = _load(
-                conn, data.vectors, [long_text(r, data) for r in range(data.size)]
-            )
+            texts = [long_text(row, data) for row in range(data.size)]
+            results["load"] = _load(conn, data.vectors, texts, args.toast_target)
             print(json.dumps(results, indent=1), flush=True)
             results["vectors"] = _vector_runs(conn, data.vectors, queries)
             print(json.dumps(results["vectors"], indent=1), flush=True)
@@ -75,9 +80,13 @@ def _literal(vector: FloatMatrix) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
-def _load(conn: psycopg.Connection[Any], matrix: FloatMatrix, texts: list[str]) -> dict[str, Any]:
+def _load(
+    conn: psycopg.Connection[Any], matrix: FloatMatrix, texts: list[str], toast_target: int
+) -> dict[str, Any]:
     for statement in [*pg_tables.TABLES, *vectors.DDL, *fulltext.DDL]:
         conn.execute(statement.encode())
+    if toast_target:
+        conn.execute(f"ALTER TABLE chunks SET (toast_tuple_target = {toast_target:d})".encode())
     pg_tables.add_store(conn, KEY, matrix.shape[1])
     began = time.perf_counter()
     with (
@@ -107,12 +116,14 @@ def _load(conn: psycopg.Connection[Any], matrix: FloatMatrix, texts: list[str]) 
         row = conn.execute("SELECT pg_total_relation_size(%s)", [relation]).fetchone()
         return int(row[0]) if row else 0
 
+    heap = conn.execute("SELECT pg_relation_size('chunks')").fetchone()
     return {
         "copy_rows_per_s": len(texts) / copied,
         "hnsw_build_s": built,
         "hnsw_bytes_per_row": size(vectors.index_name(KEY)) / len(texts),
         "gin_bytes_per_row": size("chunks_words") / len(texts),
         "table_bytes_per_row": size("chunks") / len(texts),
+        "heap_bytes_per_row": int(heap[0]) / len(texts) if heap else 0.0,
     }
 
 
@@ -177,7 +188,7 @@ def _vector_runs(
                     return [chunk for chunk, _ in hits]
 
                 latencies, found = _timed(conn, search, list(queries))
-                label = f"{name}_k{k}_{'exact' if exact else 'hnsw'}"
+                label = f"{name}_k{k}_{'exact' if exact else 'default'}"
                 out[label] = {**_summary(latencies), "recall": recall_at_k(found, truth, k)}
                 print(label, out[label], flush=True)
     return out

@@ -266,3 +266,26 @@ def test_a_search_leaves_the_transactions_settings_alone(
         )
         row = conn.execute("SELECT current_setting('enable_sort')").fetchone()
     assert row == ("on",)
+
+
+def test_a_new_sessions_first_search_takes_its_settings(
+    conn: psycopg.Connection[Any], store: tuple[list[int], np.ndarray]
+) -> None:
+    """hnsw.* are set before pgvector's library is loaded in a new session: they must hold."""
+    ids, matrix = store
+    query = _queries()[1]
+    with psycopg.connect(conn.info.dsn) as fresh:
+        found = vectors.nearest_ids(
+            fresh,
+            1,
+            query.tobytes(),
+            50,
+            dimensions=DIMS,
+            rows=ROWS,
+            files=["file-3"],
+            settings=INDEXED,
+        )
+        assert fresh.execute("SHOW hnsw.ef_search").fetchone() == ("40",)
+    per_file = ROWS // FILES
+    allowed = set(ids[3 * per_file : 4 * per_file])
+    assert [i for i, _ in found] == [i for i, _ in _exact(ids, matrix, query, 50, allowed)]

@@ -72,8 +72,11 @@ class Unavailable(Exception):
 
 @dataclass(frozen=True)
 class FullTextSettings:
-    # Chunks scored per search at most; each costs reading its tsvector (~1.4 KB of text).
-    max_candidates: int = 5_000
+    # Chunks scored per search at most; each costs reading its tsvector from TOAST. On 100k
+    # man-page chunks (bench/pg_search.py, BENCHMARKS.md) the top 10 of bm25 over every match
+    # (4.6 s p50) was kept at 0.77 / 0.85 / 0.90 with 1,000 / 2,000 / 5,000, for 24 / 31 /
+    # 136 ms p50 on the loaded machine.
+    max_candidates: int = 2_000
 
 
 @dataclass(frozen=True)
