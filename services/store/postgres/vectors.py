@@ -44,6 +44,10 @@ from psycopg.pq import Format
 DDL: list[str] = [
     "CREATE EXTENSION IF NOT EXISTS vector",
     "ALTER TABLE chunks ADD COLUMN embedding vector",
+    # A chunk's row keeps its vector (1,544 B at 384 dims), compressed text and tsvector up
+    # to 4,000 B: under PostgreSQL's 2,032 all three went to TOAST, one more lookup for every
+    # vector rescored or scanned (exact scan 0.56x the time at 4,000, disk +5%: BENCHMARKS.md).
+    "ALTER TABLE chunks SET (toast_tuple_target = 4000)",
 ]
 
 # pgvector indexes halfvec up to 4,000 dimensions; a larger vector store is searched exactly.
