@@ -62,7 +62,8 @@ def open_repository(
         index=index,
         max_attempts=max_attempts,
         operations=operations,
-        postgres=PostgresSettings(url=url) if url is not None else None,
+        # Tests call the repository from threads of their own, beyond a server's pool.
+        postgres=PostgresSettings(url=url, pool_max=16) if url is not None else None,
     )
     repository.migrate()
     return repository

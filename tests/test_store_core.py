@@ -192,6 +192,8 @@ def test_list_vector_stores_rejects_bad_arguments(
         repo.list_vector_stores(**kwargs)  # type: ignore[arg-type]
 
 
+# Reads SQLite's own tables (vec0, the file) to see what the search would hide.
+@pytest.mark.engines("sqlite")
 def test_delete_removes_chunks_vectors_and_table(
     repo: Repository, rng: np.random.Generator
 ) -> None:
@@ -253,6 +255,8 @@ def test_add_chunks_updates_counts_usage_and_activity(
     assert after.created_at == clock.now - 10
 
 
+# Reads SQLite's own tables (vec0, the file) to see what the search would hide.
+@pytest.mark.engines("sqlite")
 def test_adding_a_file_again_replaces_its_chunks(
     repo: Repository, rng: np.random.Generator
 ) -> None:
@@ -283,6 +287,8 @@ def test_adding_a_file_again_replaces_its_chunks(
     assert {(hit.filename, hit.attributes["v"]) for hit in hits} == {("new.txt", 2)}
 
 
+# Reads SQLite's own tables (vec0, the file) to see what the search would hide.
+@pytest.mark.engines("sqlite")
 def test_a_failing_add_leaves_nothing_behind(repo: Repository, rng: np.random.Generator) -> None:
     vector_store = repo.create_vector_store("notes", MODEL, DIMS)
     first = unit_vectors(rng, 3, DIMS)

@@ -27,7 +27,12 @@ from tests.store_fixtures import (
     unit_vectors,
 )
 
-pytestmark = pytest.mark.repo(checks=[check_invariants, check_fts_index])
+# The SQLite engine's Tantivy indexes beside the file; PostgreSQL's full text is a column of
+# its table (tests/test_pg_fulltext.py).
+pytestmark = [
+    pytest.mark.repo(checks=[check_invariants, check_fts_index]),
+    pytest.mark.engines("sqlite"),
+]
 
 TEXTS = {
     "file-a": ["the lighthouse keeper logs passing ships", "fog horns at night"],

@@ -3,8 +3,8 @@ bm25 computed in SQL over a bounded set of candidates.
 
 The SQLite engine keeps a Tantivy index per vector store beside the database (fulltext.py) and
 ranks with block-max WAND. Here the words are a generated column of the chunk's own row
-(`to_tsvector('english', text)`: the same Snowball English stemmer as Tantivy's, lowercased;
-unlike Tantivy it drops English stop words and keeps accents), so there is no queue, no
+(`to_tsvector('ragd_english', text)`: the same Snowball English stemmer as Tantivy's,
+lowercased, no stop words; unlike Tantivy it keeps accents), so there is no queue, no
 rebuild and nothing to catch up: a chunk is searchable when its transaction commits, and
 deleted with its row. One GIN index over (vector_store_id, words) (btree_gin) serves every
 vector store.
@@ -47,8 +47,14 @@ from psycopg import Connection
 # counter on `vector_stores` (avgdl = fulltext_words / chunk_count).
 DDL: list[str] = [
     "CREATE EXTENSION IF NOT EXISTS btree_gin",
+    # English's Snowball stemmer without its stop words, as Tantivy's analyzer has none: a
+    # query of "and" or "not" finds the chunks that say it.
+    "CREATE TEXT SEARCH DICTIONARY ragd_english_stem (TEMPLATE = snowball, Language = english)",
+    "CREATE TEXT SEARCH CONFIGURATION ragd_english (COPY = english)",
+    "ALTER TEXT SEARCH CONFIGURATION ragd_english ALTER MAPPING FOR asciiword, asciihword,"
+    " hword_asciipart, word, hword, hword_part WITH ragd_english_stem",
     "ALTER TABLE chunks ADD COLUMN words tsvector"
-    " GENERATED ALWAYS AS (to_tsvector('english', text)) STORED",
+    " GENERATED ALWAYS AS (to_tsvector('ragd_english', text)) STORED",
     # A chunk's length for bm25: its spaces, tabs and line breaks plus one. On the benchmark's
     # man-page chunks 7% fewer than Tantivy's tokens (runs of letters and digits), a factor
     # that dl / avgdl cancels, at a seventh of regexp_count's cost (to_tsvector's own is
@@ -216,8 +222,8 @@ def _parse(conn: Connection[Any], words: Sequence[str]) -> list[_Word]:
     """Each word's tsquery and lexemes, by the column's own configuration; stop words and
     words without letters or digits drop out, and so do repeats."""
     rows = conn.execute(
-        "SELECT phraseto_tsquery('english', w)::text,"
-        " tsvector_to_array(to_tsvector('english', w))"
+        "SELECT phraseto_tsquery('ragd_english', w)::text,"
+        " tsvector_to_array(to_tsvector('ragd_english', w))"
         " FROM unnest(%s::text[]) WITH ORDINALITY AS t(w, i) ORDER BY i",
         [list(words)],
     ).fetchall()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 from services.store import engine, vector_index
 from services.store.compat import check_query
 from services.store.records import VectorStore
-from services.store.search.filters import MATCHING_FILES_SQL
+from services.store.search.filters import MATCHING_FILES_SQL, matching_files
 from services.store.sql import Connection
 from services.store.vector_index import IndexSettings
 
@@ -60,13 +61,52 @@ def ranked(
     """The keys of the k chunks nearest to `query` (one float32 vector, checked) with their
     scores (score_from_distance), best first, inside the caller's read transaction. An empty
     `model` skips the model check. With a compiled filter `condition`, only chunks of files
-    whose attributes match compete. Unfiltered searches run over the vectors in memory when
-    they are there (resident.py); the rest, and `exact` ones without them, go to SQLite,
-    large vector stores through their coarse index unless `exact` (vector_index.py)."""
+    whose attributes match compete. Each engine searches its own way: _sqlite_nearest,
+    _postgres_nearest."""
     check_query(vector_store, model, len(query) // 4)
+    nearest = _NEAREST[engine.of(conn).name]
+    found = nearest(conn, key, vector_store, query, k, condition, index, exact)
+    return [(chunk_key, score_from_distance(distance)) for chunk_key, distance in found]
+
+
+def scores_of(conn: Connection, key: int, query: bytes, ids: Sequence[int]) -> dict[int, float]:
+    """The exact scores (score_from_distance) of `query` against these chunks, inside the
+    caller's read transaction: hybrid search's evidence for a chunk only the words found."""
+    found = engine.of(conn).vectors.distances(conn, key, query, ids)
+    return {chunk_key: score_from_distance(distance) for chunk_key, distance in found}
+
+
+Nearest = Callable[
+    [
+        Connection,
+        int,
+        VectorStore,
+        bytes,
+        int,
+        "tuple[str, list[object]] | None",
+        IndexSettings,
+        bool,
+    ],
+    Sequence[tuple[int, float]],
+]
+
+
+def _sqlite_nearest(
+    conn: Connection,
+    key: int,
+    vector_store: VectorStore,
+    query: bytes,
+    k: int,
+    condition: tuple[str, list[object]] | None,
+    index: IndexSettings,
+    exact: bool,
+) -> Sequence[tuple[int, float]]:
+    """Unfiltered searches over the resident copy when it is there; the rest in SQLite's
+    tables, a filter as the rowids it allows."""
+    vectors = engine.of(conn).vectors
     found = None
     if condition is None:
-        found = engine.of(conn).vectors.resident_nearest(
+        found = vectors.resident_nearest(
             conn,
             key,
             query,
@@ -79,7 +119,7 @@ def ranked(
         )
     if found is None:
         allowed = allowed_chunks(key, *condition) if condition is not None else None
-        found = engine.of(conn).vectors.nearest_ids(
+        found = vectors.nearest_ids(
             conn,
             key,
             query,
@@ -90,11 +130,34 @@ def ranked(
             allowed=allowed,
             exact=exact,
         )
-    return [(chunk_key, score_from_distance(distance)) for chunk_key, distance in found]
+    return cast(Sequence[tuple[int, float]], found)
 
 
-def scores_of(conn: Connection, key: int, query: bytes, ids: Sequence[int]) -> dict[int, float]:
-    """The exact scores (score_from_distance) of `query` against these chunks, inside the
-    caller's read transaction: hybrid search's evidence for a chunk only the words found."""
-    found = engine.of(conn).vectors.distances(conn, key, query, ids)
-    return {chunk_key: score_from_distance(distance) for chunk_key, distance in found}
+def _postgres_nearest(
+    conn: Connection,
+    key: int,
+    vector_store: VectorStore,
+    query: bytes,
+    k: int,
+    condition: tuple[str, list[object]] | None,
+    index: IndexSettings,
+    exact: bool,
+) -> Sequence[tuple[int, float]]:
+    """pgvector's HNSW index of the vector store (postgres/vectors.py), a filter as the files
+    it allows; the buffer cache, not a copy of ours, holds the index."""
+    files = matching_files(conn, key, condition) if condition is not None else None
+    found = engine.of(conn).vectors.nearest_ids(
+        conn,
+        key,
+        query,
+        k,
+        dimensions=vector_store.dimensions,
+        rows=vector_store.chunk_count,
+        files=files,
+        exact=exact,
+    )
+    return cast(Sequence[tuple[int, float]], found)
+
+
+# The one place the two engines' vector searches differ in their inputs.
+_NEAREST: dict[str, Nearest] = {"sqlite": _sqlite_nearest, "postgres": _postgres_nearest}
