@@ -28,11 +28,12 @@ def test_the_store_serves_from_postgres_and_names_it(database: Database) -> None
             assert status.versions["postgresql"].startswith("18")
             stats = await store.stub.GetStats(pb.GetStatsRequest())
             assert stats.db_bytes > 0
+            # One after the other (a call starts when it is made).
             for call in (
-                store.stub.Backup(pb.BackupRequest()),
-                store.stub.Vacuum(pb.VacuumRequest()),
+                lambda: store.stub.Backup(pb.BackupRequest()),
+                lambda: store.stub.Vacuum(pb.VacuumRequest()),
             ):
-                details = await expect_status(call, grpc.StatusCode.FAILED_PRECONDITION)
+                details = await expect_status(call(), grpc.StatusCode.FAILED_PRECONDITION)
                 assert "PostgreSQL's own tooling" in details
         # Nothing of the database went to the local folder.
         assert not database.path.exists()

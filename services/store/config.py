@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import SplitResult, quote, unquote, urlsplit
@@ -14,13 +13,8 @@ from services.store.replica import ReplicaSettings, valid_timestamp
 from services.store.retention import RetentionSettings
 
 # The database engines this build of the store opens: SQLite at db_path, or PostgreSQL at
-# RAGD_DATABASE_URL once issue 31's port adds "postgres" here (until then a store given a
-# PostgreSQL URL refuses to start, saying so). The tests read it to skip an engine. While the
-# port is partial (no vector or full-text search on PostgreSQL yet), RAGD_EXPERIMENTAL_POSTGRES=1
-# lets the store and the tests use what there is.
-SUPPORTED_ENGINES: tuple[str, ...] = ("sqlite",) + (
-    ("postgres",) if os.environ.get("RAGD_EXPERIMENTAL_POSTGRES") == "1" else ()
-)
+# RAGD_DATABASE_URL. The tests read it to run the engine-aware tests on each.
+SUPPORTED_ENGINES: tuple[str, ...] = ("sqlite", "postgres")
 _SCHEMES = ("postgresql", "postgres")
 
 
@@ -130,13 +124,6 @@ class StoreConfig:
             ),
             postgres=postgres_settings(env, threads),
         )
-        if config.postgres is not None and config.engine not in SUPPORTED_ENGINES:
-            raise ConfigError(
-                f"RAGD_DATABASE_URL names a PostgreSQL database ({config.postgres.display}), "
-                "but this build of the store cannot use PostgreSQL "
-                "yet (issue 31); unset RAGD_DATABASE_URL to keep the SQLite database at "
-                f"RAGD_DB_PATH ({config.db_path})"
-            )
         return config
 
 

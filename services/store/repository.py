@@ -800,6 +800,7 @@ class Repository:
     def backup(self, name: str = "") -> BackupResult:
         """Writes a consistent copy to `name` inside the backup directory (default: timed,
         and then counted against backup_keep)."""
+        conn = self._sqlite("a backup")
         if name:
             maintenance.check_name_is_free(name)
             target = maintenance.resolve_backup_path(self.backup_dir, name)
@@ -807,7 +808,6 @@ class Repository:
             if not name:
                 target = maintenance.new_own_path(self.backup_dir, maintenance.BACKUPS, time.time())
             maintenance.make_directories(self.backup_dir, target.parent)
-            conn = self._sqlite("a backup")
             maintenance.check_room(conn, target.parent, self._settings.backup_reserve_bytes)
             result = maintenance.backup(conn, target=target)
             maintenance.prune_backups(
@@ -908,9 +908,10 @@ class Repository:
         return maintenance.existing_backup(self.backup_dir, name)
 
     def vacuum(self) -> VacuumResult:
+        conn = self._sqlite("a vacuum")
         with self._exclusive("vacuum"):
             return vacuum.vacuum(
-                self._sqlite("a vacuum"),
+                conn,
                 path=self.path,
                 checkpoint=self._sqlite_connections.checkpoints,
             )

@@ -26,7 +26,7 @@ from services.pb import store_pb2, store_pb2_grpc
 from services.store import migrations, replica
 from services.store.config import StoreConfig
 from services.store.db import use_sqlite_vec
-from services.store.errors import BackupUnusable, DatabaseTooNew, ReplicaUnavailable
+from services.store.errors import BackupUnusable, DatabaseTooNew, ReplicaUnavailable, Unavailable
 from services.store.metrics import StoreCollector, watch
 from services.store.repository import OperationsSettings, Repository
 from services.store.resident import ResidentSettings
@@ -249,4 +249,9 @@ def main() -> None:
         asyncio.run(_serve(config, ports_file))
     except (DatabaseTooNew, BackupUnusable, ReplicaUnavailable) as error:
         log.error("%s", error)
+        raise SystemExit(2) from None
+    except Unavailable as error:
+        # PostgreSQL not reachable at start: said in one line; the supervisor (compose's
+        # restart policy, Kubernetes) starts the store again.
+        log.error("cannot open the database: %s", error)
         raise SystemExit(2) from None
