@@ -80,6 +80,16 @@ _EXPIRES_AFTER = obj(
     anchor={"const": "last_active_at"},
     days={"type": "integer", "minimum": 1, "maximum": 365},
 )
+_FILE_EXPIRES_AFTER = obj(
+    ["anchor", "seconds"],
+    anchor={"const": v.FILE_EXPIRES_ANCHOR},
+    seconds={
+        "type": "integer",
+        "minimum": v.MIN_FILE_EXPIRES_SECONDS,
+        "maximum": v.MAX_FILE_EXPIRES_SECONDS,
+    },
+)
+_DESCRIPTION = {"type": "string", "maxLength": v.MAX_DESCRIPTION_CHARS}
 _STATIC_CHUNKING = obj(
     ["max_chunk_size_tokens", "chunk_overlap_tokens"],
     max_chunk_size_tokens={
@@ -232,6 +242,11 @@ SCHEMAS: dict[str, Schema] = {
         ["file", "purpose"],
         file={"type": "string", "format": "binary"},
         purpose={"enum": list(v.FILE_PURPOSES)},
+        expires_after={
+            "description": "sent by the SDK as the form fields expires_after[anchor] and "
+            "expires_after[seconds]; a JSON string of the object is taken too"
+        }
+        | _FILE_EXPIRES_AFTER,
     ),
     "File": obj(
         ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
@@ -243,7 +258,7 @@ SCHEMAS: dict[str, Schema] = {
         purpose=STRING,
         status=STRING,
         status_details={"type": "null"},
-        expires_at={"type": "null"},
+        expires_at=nullable(INT),
     ),
     "FileList": list_of("File"),
     "Deleted": obj(["id", "object", "deleted"], id=STRING, object=STRING, deleted=BOOL),
@@ -260,6 +275,7 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "VectorStoreCreate": obj(
         name={"type": "string", "maxLength": v.MAX_NAME_CHARS},
+        description=_DESCRIPTION,
         metadata=METADATA,
         file_ids={"type": "array", "items": STRING},
         chunking_strategy=ref("ChunkingStrategy"),
@@ -287,6 +303,8 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "VectorStoreUpdate": obj(
         name=nullable({"type": "string", "maxLength": v.MAX_NAME_CHARS}),
+        description={"description": "ragd extension (OpenAI takes it on create only)"}
+        | nullable(_DESCRIPTION),
         metadata=nullable(METADATA),
         expires_after=nullable(_EXPIRES_AFTER),
     ),
@@ -303,6 +321,8 @@ SCHEMAS: dict[str, Schema] = {
         metadata={"type": "object", "additionalProperties": STRING},
         expires_after=nullable(_EXPIRES_AFTER),
         expires_at=nullable(INT),
+        description={"description": "as created or updated (OpenAI's object has none yet)"}
+        | nullable(STRING),
         embedding_model={"description": "ragd extension: the model it is indexed with"}
         | obj(["name", "dimensions"], name=STRING, dimensions=INT),
         chunk_count={"description": "ragd extension: searchable chunks"} | COUNT,

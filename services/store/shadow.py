@@ -107,7 +107,10 @@ def finish(conn: apsw.Connection, found: Active, status: str, now: int, error: s
     vector_stores.drop(conn, found.shadow)
 
 
-_IDENTITY = "public_id, name, metadata, created_at, last_active_at, expires_anchor, expires_days"
+_IDENTITY = (
+    "public_id, name, metadata, created_at, last_active_at, expires_anchor, expires_days,"
+    " description"
+)
 
 
 def _switch(conn: apsw.Connection, found: Active, original: int, now: int) -> None:
@@ -135,8 +138,8 @@ def _switch(conn: apsw.Connection, found: Active, original: int, now: int) -> No
     )
     conn.execute(
         "UPDATE vector_stores SET public_id = ?, name = ?, metadata = ?, created_at = ?,"
-        " last_active_at = ?, expires_anchor = ?, expires_days = ?, shadow_of = NULL,"
-        " file_count = ? WHERE id = ?",
+        " last_active_at = ?, expires_anchor = ?, expires_days = ?, description = ?,"
+        " shadow_of = NULL, file_count = ? WHERE id = ?",
         (*identity, final.total, shadow),
     )
     conn.execute(

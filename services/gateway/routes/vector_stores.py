@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 from services.common import tracing
 from services.common.vocabulary import (
     DEFAULT_SEARCH_MODE,
+    MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
@@ -69,6 +70,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
     deps = services(request)
     body = extensions(await json_body(request), "embedding_model")
     name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
+    description = optional_str(body, "description", "", MAX_DESCRIPTION_CHARS) or ""
     meta = metadata(body)
     expires = _expires_after(body)
     file_ids = body.get("file_ids") or []
@@ -90,6 +92,7 @@ async def create_vector_store(request: Request) -> JSONResponse:
             expires_anchor=expires[0] if expires else "",
             expires_days=expires[1] if expires else 0,
             max_input_tokens=model.max_input_tokens,
+            description=description,
         )
     )
     if file_ids:
@@ -131,6 +134,9 @@ async def update_vector_store(request: Request) -> JSONResponse:
     if "metadata" in body:
         update.has_metadata = True
         update.metadata.update(metadata(body))
+    if "description" in body:
+        update.has_description = True
+        update.description = optional_str(body, "description", "", MAX_DESCRIPTION_CHARS) or ""
     if "expires_after" in body:
         expires = _expires_after(body)
         update.has_expires = True
