@@ -443,31 +443,6 @@ SCHEMAS: dict[str, Schema] = {
             ),
         ],
     },
-    "SearchRequest": obj(
-        ["query"],
-        query={
-            "oneOf": [
-                QUERY,
-                {"type": "array", "minItems": 1, "maxItems": v.MAX_SEARCH_QUERIES, "items": QUERY},
-            ]
-        },
-        max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},
-        filters=ref("Filter"),
-        ranking_options=RANKING_OPTIONS,
-        rewrite_query=BOOL,
-        mode={
-            "description": "ragd extension: vector (embedding KNN), lexical (bm25 over the "
-            "chunk text, no embedder needed) or hybrid (both rankings fused, the default)",
-            "enum": list(v.SEARCH_MODES),
-            "default": v.DEFAULT_SEARCH_MODE,
-        },
-        exact={
-            "description": "ragd extension: rank by an exhaustive scan instead of the coarse "
-            "index large vector stores use (exact, slower); filters are exact either way",
-            "type": "boolean",
-            "default": False,
-        },
-    ),
     "SearchResult": obj(
         ["file_id", "filename", "score", "attributes", "content"],
         file_id=STRING,

@@ -12,20 +12,14 @@ from starlette.responses import JSONResponse
 
 from services.common import tracing
 from services.common.vocabulary import (
-    DEFAULT_SEARCH_MODE,
     MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,
-    MAX_QUERY_CHARS,
-    MAX_SEARCH_QUERIES,
-    MAX_SEARCH_RESULTS,
-    SEARCH_MODES,
 )
 from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge, key_name
 from services.gateway.errors import invalid
-from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
 from services.gateway.models import new_store_model, store_model
 from services.gateway.operations import operation, paging_params
@@ -33,13 +27,13 @@ from services.gateway.params import (
     extensions,
     json_body,
     metadata,
-    optional_int,
     optional_str,
     paging,
-    ranking_options,
 )
+from services.gateway.requests import parse
 from services.gateway.routes import services
-from services.gateway.search import EMBEDDER_UNAVAILABLE, Deadlines, Search, search
+from services.gateway.search import EMBEDDER_UNAVAILABLE, Deadlines, search
+from services.gateway.search_body import SearchRequest
 from services.pb import store_pb2
 
 DEGRADED_HEADER = "X-Ragd-Degraded"
@@ -153,60 +147,12 @@ async def delete_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.deleted(reply.id, "vector_store.deleted", reply.deleted))
 
 
-def _queries(body: dict[str, Any]) -> list[str]:
-    raw = body.get("query")
-    queries = [raw] if isinstance(raw, str) else raw
-    if not isinstance(queries, list) or not queries:
-        raise invalid("'query' must be a non-empty string or array of strings", param="query")
-    if len(queries) > MAX_SEARCH_QUERIES:
-        raise invalid(
-            f"'query' can hold at most {MAX_SEARCH_QUERIES} queries, got {len(queries)}",
-            param="query",
-            code="too_many_queries",
-        )
-    if not all(isinstance(q, str) and q.strip() for q in queries):
-        raise invalid("every 'query' must be a non-empty string", param="query")
-    for index, query in enumerate(queries):
-        if len(query) > MAX_QUERY_CHARS:
-            raise invalid(
-                f"query {index} has {len(query)} characters; the limit is {MAX_QUERY_CHARS}",
-                param="query",
-                code="query_too_long",
-            )
-        try:
-            query.encode("utf-8")
-        except UnicodeEncodeError:
-            # JSON can carry lone surrogates ("\ud800"), which protobuf strings cannot.
-            raise invalid(
-                "'query' is not valid Unicode text (lone surrogate)", param="query"
-            ) from None
-    return queries
-
-
-def _search_request(vector_store_id: str, body: dict[str, Any]) -> Search:
-    queries = _queries(body)
-    mode = optional_str(body, "mode", DEFAULT_SEARCH_MODE) or DEFAULT_SEARCH_MODE
-    if mode not in SEARCH_MODES:
-        raise invalid(
-            f"'mode' must be one of {', '.join(SEARCH_MODES)}, got {mode!r}", param="mode"
-        )
-    k = optional_int(body, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
-    threshold, weight = ranking_options(body, "")
-    if not isinstance(body.get("rewrite_query", False), bool):
-        raise invalid("'rewrite_query' must be a boolean", param="rewrite_query")
-    exact = body.get("exact", False)
-    if not isinstance(exact, bool):
-        raise invalid("'exact' must be a boolean", param="exact")
-    filters = parse_filter(body["filters"]) if body.get("filters") is not None else None
-    return Search(vector_store_id, queries, k, mode, threshold, filters, exact, weight)
-
-
-@operation("Search a vector store", "SearchPage", "SearchRequest")
+@operation("Search a vector store", "SearchPage", SearchRequest)
 async def search_vector_store(request: Request) -> JSONResponse:
     started = time.perf_counter()
     deps = services(request)
     body = extensions(await json_body(request), "mode", "exact")
-    asked = _search_request(request.path_params["vector_store_id"], body)
+    asked = parse(SearchRequest, body).search(request.path_params["vector_store_id"])
     config = deps.config
     deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
     found = await search(deps.embedders, deps.store, asked, deadlines)

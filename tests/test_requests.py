@@ -1,0 +1,125 @@
+"""Request bodies declared once (services/gateway/requests.py): the search body's model keeps
+the error contract the hand-written checks had (a 400's param, code and message) and gives
+the JSON Schema /openapi.json embeds. In process, no server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.common.vocabulary import MAX_SEARCH_QUERIES, MAX_SEARCH_RESULTS, SEARCH_MODES
+from services.gateway.app import ROUTES
+from services.gateway.errors import InvalidRequest
+from services.gateway.openapi import build_spec
+from services.gateway.requests import parse
+from services.gateway.search_body import SearchRequest
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code", "message"),
+    [
+        ({}, "query", "missing_required_parameter", "'query' is required"),
+        ({"query": 5}, "query", "invalid_value", "'query' must be a non-empty string or array"),
+        ({"query": ["a", " "]}, "query", "invalid_value", "every 'query' must be a non-empty"),
+        ({"query": ["q"] * (MAX_SEARCH_QUERIES + 1)}, "query", "too_many_queries", "at most 20"),
+        ({"query": "x" * 5000}, "query", "query_too_long", "query 0 has 5000 characters"),
+        ({"query": "\ud800"}, "query", "invalid_value", "lone surrogate"),
+        (
+            {"query": "x", "max_num_results": 51},
+            "max_num_results",
+            "invalid_value",
+            "'max_num_results' must be between 1 and 50, got 51",
+        ),
+        ({"query": "x", "max_num_results": 5.0}, "max_num_results", "invalid_type", "integer"),
+        ({"query": "x", "max_num_results": True}, "max_num_results", "invalid_type", "integer"),
+        ({"query": "x", "max_num_results": "5"}, "max_num_results", "invalid_type", "integer"),
+        ({"query": "x", "mode": "semantic"}, "mode", "invalid_value", "got 'semantic'"),
+        ({"query": "x", "exact": 1}, "exact", "invalid_type", "'exact' must be a boolean"),
+        ({"query": "x", "rewrite_query": "y"}, "rewrite_query", "invalid_type", "boolean"),
+        ({"query": "x", "ranking_options": []}, "ranking_options", "invalid_type", "an object"),
+        (
+            {"query": "x", "ranking_options": {"ranker": "magic"}},
+            "ranking_options",
+            "invalid_value",
+            "'ranking_options.ranker' must be one of auto, default-2024-11-15, none",
+        ),
+        (
+            {"query": "x", "ranking_options": {"score_threshold": 2}},
+            "score_threshold",
+            "invalid_value",
+            "'ranking_options.score_threshold' must be between 0 and 1, got 2",
+        ),
+        (
+            {"query": "x", "ranking_options": {"hybrid_search": {"text_weight": -1}}},
+            "text_weight",
+            "invalid_value",
+            "'ranking_options.hybrid_search.text_weight' must be between 0",
+        ),
+        (
+            {
+                "query": "x",
+                "ranking_options": {"hybrid_search": {"embedding_weight": 0, "text_weight": 0}},
+            },
+            "ranking_options",
+            "invalid_value",
+            "needs a positive embedding_weight or text_weight",
+        ),
+        ({"query": "x", "filters": 5}, "filters", "invalid_value", "'filters' must be an object"),
+        (
+            {"query": "x", "filters": {"type": "or", "filters": [{"type": "eq", "key": ""}]}},
+            "filters",
+            "invalid_value",
+            "'filters.filters[0].key' must be a non-empty string",
+        ),
+    ],
+)
+def test_a_bad_search_body_names_its_field_as_before(
+    body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(SearchRequest, body)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert message in refused.value.message
+
+
+def test_nulls_read_as_absent_and_a_good_body_becomes_a_search() -> None:
+    body = {"query": "x", "max_num_results": None, "ranking_options": {"ranker": None}}
+    assert parse(SearchRequest, body).search("vs_1").k == 10
+    asked = parse(
+        SearchRequest,
+        {
+            "query": ["a", "b"],
+            "max_num_results": 3,
+            "mode": "lexical",
+            "exact": True,
+            "ranking_options": {
+                "score_threshold": 0.5,
+                "hybrid_search": {"embedding_weight": 3, "text_weight": 1},
+            },
+            "filters": {"type": "in", "key": "lang", "value": ["en", "fr"]},
+            "unknown": "ignored, as OpenAI's unknown members are",
+        },
+    ).search("vs_1")
+    assert (asked.vector_store_id, list(asked.queries), asked.k, asked.mode) == (
+        "vs_1",
+        ["a", "b"],
+        3,
+        "lexical",
+    )
+    assert (asked.exact, asked.score_threshold, asked.vector_weight) == (True, 0.5, 0.75)
+    assert asked.filter is not None and list(asked.filter.comparison.values) != []
+
+
+def test_the_openapi_document_embeds_the_models_schema() -> None:
+    schemas = build_spec(ROUTES)["components"]["schemas"]
+    search = schemas["SearchRequest"]
+    assert search["required"] == ["query"]
+    properties = search["properties"]
+    assert properties["max_num_results"]["maximum"] == MAX_SEARCH_RESULTS
+    assert properties["mode"]["enum"] == list(SEARCH_MODES)
+    assert properties["filters"]["anyOf"][0] == {"$ref": "#/components/schemas/Filter"}
+    ranking = schemas["RankingOptions"]["properties"]
+    assert ranking["score_threshold"] == {"default": 0.0, "maximum": 1.0, "minimum": 0.0,
+                                          "type": "number"}  # fmt: skip
+    assert "HybridSearch" in schemas
