@@ -195,7 +195,7 @@ def test_files_expire_at_their_expires_at_as_a_delete_would(
 
 @pytest.mark.parametrize("seconds", [1, 3599, 2_592_001, -5])
 def test_a_file_expiry_is_an_hour_to_30_days(repo: Repository, seconds: int) -> None:
-    with pytest.raises(InvalidArgument, match="expires_after.seconds"):
+    with pytest.raises(InvalidArgument, match=r"expires_after\.seconds"):
         repo.create_file("a.txt", "assistants", b"x", expires_after_seconds=seconds)
 
 
