@@ -19,6 +19,8 @@ from typing import Any
 
 from services.common.vocabulary import (
     DEFAULT_SEARCH_MODE,
+    MAX_DESCRIPTION_CHARS,
+    MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
     MAX_SEARCH_RESULTS,
@@ -26,10 +28,11 @@ from services.common.vocabulary import (
 )
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
-from services.gateway.params import optional_int, optional_str, ranking_options
+from services.gateway.params import metadata, optional_int, optional_str, ranking_options
 from services.gateway.requests import parse
 from services.gateway.search import Search
 from services.gateway.search_body import SearchRequest
+from services.gateway.vector_store_bodies import VectorStoreCreate
 
 # The hand-written search checks as they were before the model (routes/vector_stores.py).
 
@@ -70,6 +73,64 @@ def new_search(body: dict[str, Any]) -> Search:
     return parse(SearchRequest, body).search("vs_bench")
 
 
+# The vector store's create, as routes/vector_stores.py read it (less the model lookup and the
+# chunking's model limit, the same both ways).
+
+
+def _old_expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
+    raw = body.get("expires_after")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or raw.get("anchor") != "last_active_at":
+        raise invalid("'expires_after.anchor' must be 'last_active_at'", param="expires_after")
+    days = raw.get("days")
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 365:
+        raise invalid("'expires_after.days' must be 1 to 365", param="expires_after")
+    return "last_active_at", days
+
+
+def _old_chunking(raw: Any) -> tuple[int, int] | None:
+    if raw is None or (isinstance(raw, dict) and raw.get("type") == "auto"):
+        return None
+    if not isinstance(raw, dict) or raw.get("type") != "static":
+        raise invalid("'chunking_strategy.type' must be 'auto' or 'static'")
+    static = raw.get("static")
+    if not isinstance(static, dict):
+        raise invalid("'chunking_strategy.static' must be an object")
+    size, overlap = static.get("max_chunk_size_tokens"), static.get("chunk_overlap_tokens", 0)
+    if isinstance(size, bool) or not isinstance(size, int) or not 100 <= size <= 4096:
+        raise invalid("bad size")
+    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= size // 2:
+        raise invalid("bad overlap")
+    return size, overlap
+
+
+def old_create(body: dict[str, Any]) -> tuple[Any, ...]:
+    name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
+    description = optional_str(body, "description", "", MAX_DESCRIPTION_CHARS) or ""
+    meta = metadata(body)
+    expires = _old_expires_after(body)
+    file_ids = body.get("file_ids") or []
+    if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
+        raise invalid("'file_ids' must be an array of file ids", param="file_ids")
+    chunking = _old_chunking(body.get("chunking_strategy"))
+    return name, description, meta, expires, file_ids, chunking
+
+
+def new_create(body: dict[str, Any]) -> tuple[Any, ...]:
+    asked = parse(VectorStoreCreate, body)
+    expires = asked.expires_after
+    static = asked.chunking_strategy.static if asked.chunking_strategy else None
+    return (
+        asked.name,
+        asked.description,
+        asked.metadata,
+        (expires.anchor, expires.days) if expires else None,
+        asked.file_ids,
+        (static.max_chunk_size_tokens, static.chunk_overlap_tokens) if static else None,
+    )
+
+
 SEARCH_BODIES: dict[str, dict[str, Any]] = {
     "search, one query": {"query": "how do I rotate the logs"},
     "search, SDK-like": {
@@ -100,10 +161,26 @@ SEARCH_BODIES: dict[str, dict[str, Any]] = {
     },
 }
 
+CREATE_BODIES: dict[str, dict[str, Any]] = {
+    "vector store create, name only": {"name": "handbook"},
+    "vector store create, everything": {
+        "name": "handbook",
+        "description": "the team's handbook",
+        "metadata": {f"key{n}": f"value {n}" for n in range(16)},
+        "file_ids": [f"file-{n:024x}" for n in range(20)],
+        "chunking_strategy": {
+            "type": "static",
+            "static": {"max_chunk_size_tokens": 200, "chunk_overlap_tokens": 50},
+        },
+        "expires_after": {"anchor": "last_active_at", "days": 7},
+    },
+}
+
 FAMILIES: list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[dict[str, Any]], Any]]] = [
-    (name, old_search, new_search) for name in SEARCH_BODIES
+    *((name, old_search, new_search) for name in SEARCH_BODIES),
+    *((name, old_create, new_create) for name in CREATE_BODIES),
 ]
-BODIES = dict(SEARCH_BODIES)
+BODIES = {**SEARCH_BODIES, **CREATE_BODIES}
 
 
 def measure(repeats: int, number: int) -> list[tuple[str, float, float]]:

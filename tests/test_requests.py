@@ -1,6 +1,6 @@
-"""Request bodies declared once (services/gateway/requests.py): the search body's model keeps
-the error contract the hand-written checks had (a 400's param, code and message) and gives
-the JSON Schema /openapi.json embeds. In process, no server."""
+"""Request bodies declared once (services/gateway/requests.py): each model keeps the error
+contract the hand-written checks had (a 400's param and code, a message naming the field) and
+gives the JSON Schema /openapi.json embeds. In process, no server."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import pytest
 from services.common.vocabulary import MAX_SEARCH_QUERIES, MAX_SEARCH_RESULTS, SEARCH_MODES
 from services.gateway.app import ROUTES
 from services.gateway.errors import InvalidRequest
+from services.gateway.ingest import ChunkingStrategyBody
 from services.gateway.openapi import build_spec
 from services.gateway.requests import parse
 from services.gateway.search_body import SearchRequest
+from services.gateway.vector_store_bodies import VectorStoreCreate, VectorStoreUpdate
 
 
 @pytest.mark.parametrize(
@@ -123,3 +125,79 @@ def test_the_openapi_document_embeds_the_models_schema() -> None:
     assert ranking["score_threshold"] == {"default": 0.0, "maximum": 1.0, "minimum": 0.0,
                                           "type": "number"}  # fmt: skip
     assert "HybridSearch" in schemas
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code", "message"),
+    [
+        ({"name": 5}, "name", "invalid_type", "'name' must be a string"),
+        ({"name": "n" * 257}, "name", "string_too_long", "'name' is longer than 256"),
+        ({"metadata": "nope"}, "metadata", "invalid_type", "'metadata' must be an object"),
+        (
+            {"metadata": {f"k{i}": "v" for i in range(17)}},
+            "metadata",
+            "invalid_value",
+            "'metadata' can have at most 16 keys",
+        ),
+        ({"metadata": {"k": 1}}, "metadata", "invalid_type", "'metadata.k' must be a string"),
+        ({"metadata": {"\ud800": "v"}}, "metadata", "invalid_value", "lone surrogate"),
+        ({"file_ids": "file-1"}, "file_ids", "invalid_type", "'file_ids' must be an array"),
+        (
+            {"expires_after": {"anchor": "created_at", "days": 1}},
+            "expires_after",
+            "invalid_value",
+            "'expires_after.anchor' must be one of last_active_at, got 'created_at'",
+        ),
+        (
+            {"expires_after": {"anchor": "last_active_at", "days": 0}},
+            "expires_after",
+            "invalid_value",
+            "'expires_after.days' must be between 1 and 365, got 0",
+        ),
+        (
+            {"chunking_strategy": {"type": "fancy"}},
+            "chunking_strategy",
+            "invalid_value",
+            "'chunking_strategy.type' must be one of auto, static, got 'fancy'",
+        ),
+        (
+            {"chunking_strategy": {"type": "static"}},
+            "chunking_strategy",
+            "invalid_value",
+            "'chunking_strategy.static' must be an object",
+        ),
+        (
+            {
+                "chunking_strategy": {
+                    "type": "static",
+                    "static": {"max_chunk_size_tokens": 200, "chunk_overlap_tokens": 150},
+                }
+            },
+            "chunking_strategy",
+            "invalid_value",
+            "'chunking_strategy.static.chunk_overlap_tokens' must be an integer from 0 to half",
+        ),
+    ],
+)
+def test_a_bad_vector_store_body_names_its_field(
+    body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(VectorStoreCreate, body)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert message in refused.value.message
+
+
+def test_an_update_tells_null_from_absent() -> None:
+    asked = parse(VectorStoreUpdate, {"name": None, "metadata": {"a": "b"}})
+    assert asked.model_fields_set == {"name", "metadata"}
+    assert asked.name is None and asked.metadata == {"a": "b"}
+
+
+def test_a_nested_body_is_named_where_it_sits() -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(
+            ChunkingStrategyBody, {"type": "static", "static": 3}, at="files[2].chunking_strategy"
+        )
+    assert refused.value.param == "files[2].chunking_strategy"
+    assert refused.value.message == "'files[2].chunking_strategy.static' must be an object"

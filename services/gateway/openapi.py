@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from services.gateway.operations import Endpoint, Operation, operation, operation_of
-from services.gateway.requests import json_schema
+from services.gateway.requests import json_schema, schema_name
 from services.gateway.schemas import SCHEMAS, Schema, ref
 from services.gateway.schemas_chat import CHAT_SCHEMAS
 
@@ -77,7 +77,7 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
 
 def _body_name(body: str | type[BaseModel]) -> str:
     """A body's component: a schemas.py name, or a request model's (requests.py) name."""
-    return body if isinstance(body, str) else body.__name__
+    return body if isinstance(body, str) else schema_name(body)
 
 
 def _request_models(routes: Sequence[BaseRoute]) -> dict[str, Schema]:
@@ -88,7 +88,7 @@ def _request_models(routes: Sequence[BaseRoute]) -> dict[str, Schema]:
         if spec is None or not isinstance(spec.body, type):
             continue
         schema, parts = json_schema(spec.body)
-        for name, part in {spec.body.__name__: schema, **parts}.items():
+        for name, part in {schema_name(spec.body): schema, **parts}.items():
             if name in SCHEMAS or name in CHAT_SCHEMAS or found.get(name, part) != part:
                 raise ValueError(f"two schemas are called {name}")
             found[name] = part

@@ -31,6 +31,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 
+from services.common.vocabulary import MAX_KEY_CHARS, MAX_METADATA, MAX_METADATA_CHARS
 from services.gateway.errors import InvalidRequest
 
 Schema = dict[str, Any]
@@ -61,12 +62,14 @@ class RequestModel(BaseModel):
 M = TypeVar("M", bound=RequestModel)
 
 
-def parse(model: type[M], body: dict[str, Any]) -> M:
-    """The body as `model`, or a 400 in OpenAI's shape naming the first field at fault."""
+def parse(model: type[M], body: Any, *, at: str = "") -> M:
+    """The body as `model`, or a 400 in OpenAI's shape naming the first field at fault. `at`:
+    where `body` sits in a larger one ("files[2].chunking_strategy"), which errors then name
+    (the path's start, and the param)."""
     try:
         return model.model_validate(body)
     except ValidationError as error:
-        raise refusal(model, error.errors(include_url=False)[0]) from None
+        raise refusal(model, error.errors(include_url=False)[0], at) from None
 
 
 def fail(code: str, message: str) -> PydanticCustomError:
@@ -90,12 +93,12 @@ _BOUNDS = ("greater_than_equal", "less_than_equal", "greater_than", "less_than")
 _PYDANTIC_TYPES = frozenset(typing.get_args(ErrorType))
 
 
-def refusal(model: type[BaseModel], problem: ErrorDetails) -> InvalidRequest:
+def refusal(model: type[BaseModel], problem: ErrorDetails, at: str = "") -> InvalidRequest:
     fields = _fields_along(model, problem["loc"])
-    path = _path(problem["loc"])
+    path = _path([at, *problem["loc"]] if at else problem["loc"])
     param = next((p.name for f in reversed(fields) for p in f.metadata if isinstance(p, Param)), "")
-    param = param or (str(problem["loc"][0]) if problem["loc"] else "")
-    kind, given = problem["type"], problem.get("input")
+    param = at or param or (str(problem["loc"][0]) if problem["loc"] else "")
+    kind, given, context = problem["type"], problem.get("input"), problem.get("ctx") or {}
     if kind == "missing":
         return InvalidRequest(
             f"'{path}' is required", param=param, code="missing_required_parameter"
@@ -113,11 +116,19 @@ def refusal(model: type[BaseModel], problem: ErrorDetails) -> InvalidRequest:
             f"'{path}' must be one of {', '.join(map(str, choices))}, got {given!r}",
             param=param,
         )
-    if kind == "string_too_long":
-        limit = (problem.get("ctx") or {}).get("max_length")
+    if kind == "string_too_long" or (kind == "too_long" and isinstance(given, str)):
         return InvalidRequest(
-            f"'{path}' is longer than {limit} characters", param=param, code="string_too_long"
+            f"'{path}' is longer than {context.get('max_length')} characters",
+            param=param,
+            code="string_too_long",
         )
+    if kind == "too_long":
+        items = "keys" if context.get("field_type") == "Dictionary" else "items"
+        return InvalidRequest(
+            f"'{path}' can have at most {context.get('max_length')} {items}", param=param
+        )
+    if kind == "too_short" and context.get("min_length") == 1:
+        return InvalidRequest(f"'{path}' must not be empty", param=param)
     message = problem["msg"].replace("{path}", path)
     if kind in _PYDANTIC_TYPES:
         # Any other of pydantic's complaints, in its words after the field's path.
@@ -175,10 +186,17 @@ def _model_in(annotation: Any) -> Any:
 
 
 def _path(loc: Sequence[int | str]) -> str:
+    """A location as the client reads it: "files[2].attributes.year", "metadata.kéy key"."""
     text = ""
     for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
-    return text
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part == "[key]":
+            text += " key"
+        else:
+            text += f".{part}" if text else part
+    # A key can hold a lone surrogate, which no UTF-8 reply can carry.
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _valid_unicode(value: str) -> str:
@@ -190,9 +208,14 @@ def _valid_unicode(value: str) -> str:
     return value
 
 
-def text(max_chars: int | None = None) -> Any:
-    """A string type: valid Unicode, and at most `max_chars` characters."""
-    return Annotated[str, Field(max_length=max_chars), AfterValidator(_valid_unicode)]
+# Strings: valid Unicode, within their limits.
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+Key = Annotated[Text, Field(max_length=MAX_KEY_CHARS)]
+# OpenAI's metadata: at most 16 pairs, keys up to 64 characters, string values up to 512.
+Metadata = Annotated[
+    dict[Key, Annotated[Text, Field(max_length=MAX_METADATA_CHARS)]],
+    Field(max_length=MAX_METADATA),
+]
 
 
 # In a field's WithJsonSchema: a reference to one of schemas.py's components (pydantic
@@ -204,16 +227,27 @@ def component(name: str) -> Schema:
     return {COMPONENT: name}
 
 
+# A model named XBody (beside a domain value named X) is described as X.
+_SUFFIX = "Body"
+
+
+def schema_name(model: type[BaseModel]) -> str:
+    return model.__name__.removesuffix(_SUFFIX)
+
+
 def json_schema(model: type[BaseModel]) -> tuple[Schema, dict[str, Schema]]:
     """The model's JSON Schema for /openapi.json, and the schemas it refers to (components)."""
     schema = _referenced(model.model_json_schema(ref_template="#/components/schemas/{model}"))
-    return schema, schema.pop("$defs", {})
+    parts = schema.pop("$defs", {})
+    return schema, {name.removesuffix(_SUFFIX): part for name, part in parts.items()}
 
 
 def _referenced(schema: Any) -> Any:
     if isinstance(schema, dict):
         if COMPONENT in schema:
             return {"$ref": f"#/components/schemas/{schema[COMPONENT]}"}
+        if isinstance(schema.get("$ref"), str):
+            return {**schema, "$ref": schema["$ref"].removesuffix(_SUFFIX)}
         # pydantic's titles repeat the field names.
         return {key: _referenced(value) for key, value in schema.items() if key != "title"}
     if isinstance(schema, list):

@@ -67,7 +67,7 @@ ATTRIBUTES = {
     "propertyNames": {"maxLength": v.MAX_KEY_CHARS},
     "additionalProperties": ATTRIBUTE,
 }
-_EMBEDDING_MODEL = {
+EMBEDDING_MODEL = {
     "description": "ragd extension: the model to index with, by name or as the vector store "
     "shows it; one the server serves (GET /v1/models), else a 400",
     "oneOf": [
@@ -89,7 +89,6 @@ _FILE_EXPIRES_AFTER = obj(
         "maximum": v.MAX_FILE_EXPIRES_SECONDS,
     },
 )
-_DESCRIPTION = {"type": "string", "maxLength": v.MAX_DESCRIPTION_CHARS}
 _STATIC_CHUNKING = obj(
     ["max_chunk_size_tokens", "chunk_overlap_tokens"],
     max_chunk_size_tokens={
@@ -263,33 +262,9 @@ SCHEMAS: dict[str, Schema] = {
     "FileList": list_of("File"),
     "Deleted": obj(["id", "object", "deleted"], id=STRING, object=STRING, deleted=BOOL),
     # Vector stores
-    "ChunkingStrategy": {
-        "oneOf": [
-            obj(["type"], type={"const": v.AUTO}),
-            obj(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING),
-        ]
-    },
     "FileCounts": obj(
         [*v.FILE_STATUSES, "total"],
         **{status: COUNT for status in (*v.FILE_STATUSES, "total")},
-    ),
-    "VectorStoreCreate": obj(
-        name={"type": "string", "maxLength": v.MAX_NAME_CHARS},
-        description=_DESCRIPTION,
-        metadata=METADATA,
-        file_ids={"type": "array", "items": STRING},
-        chunking_strategy=ref("ChunkingStrategy"),
-        expires_after=_EXPIRES_AFTER,
-        embedding_model=_EMBEDDING_MODEL,
-    ),
-    "VectorStoreReindex": obj(
-        ["embedding_model"],
-        embedding_model=_EMBEDDING_MODEL,
-        chunking_strategy={
-            "description": "every file's new chunking; absent: each file's own, shortened to "
-            "the new model's context"
-        }
-        | ref("ChunkingStrategy"),
     ),
     "Reindex": obj(
         ["status", "from_embedding_model", "embedding_model", "created_at", "file_counts"],
@@ -300,13 +275,6 @@ SCHEMAS: dict[str, Schema] = {
         finished_at=nullable(INT),
         file_counts=ref("FileCounts"),
         last_error=nullable(STRING),
-    ),
-    "VectorStoreUpdate": obj(
-        name=nullable({"type": "string", "maxLength": v.MAX_NAME_CHARS}),
-        description={"description": "ragd extension (OpenAI takes it on create only)"}
-        | nullable(_DESCRIPTION),
-        metadata=nullable(METADATA),
-        expires_after=nullable(_EXPIRES_AFTER),
     ),
     "VectorStore": obj(
         ["id", "object", "created_at", "name", "usage_bytes", "file_counts", "status"],

@@ -5,73 +5,50 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.common import tracing
-from services.common.vocabulary import (
-    MAX_DESCRIPTION_CHARS,
-    MAX_NAME_CHARS,
-)
 from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge, key_name
-from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
 from services.gateway.models import new_store_model, store_model
 from services.gateway.operations import operation, paging_params
 from services.gateway.params import (
     extensions,
     json_body,
-    metadata,
-    optional_str,
     paging,
 )
 from services.gateway.requests import parse
 from services.gateway.routes import services
 from services.gateway.search import EMBEDDER_UNAVAILABLE, Deadlines, search
 from services.gateway.search_body import SearchRequest
+from services.gateway.vector_store_bodies import (
+    VectorStoreCreate,
+    VectorStoreReindex,
+    VectorStoreUpdate,
+)
 from services.pb import store_pb2
 
 DEGRADED_HEADER = "X-Ragd-Degraded"
 DEGRADED_REASON = EMBEDDER_UNAVAILABLE
 
 
-def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
-    raw = body.get("expires_after")
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or raw.get("anchor") != "last_active_at":
-        raise invalid("'expires_after.anchor' must be 'last_active_at'", param="expires_after")
-    days = raw.get("days")
-    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 365:
-        raise invalid(
-            "'expires_after.days' must be an integer from 1 to 365", param="expires_after"
-        )
-    return "last_active_at", days
-
-
 @operation(
     "Create a vector store",
     "VectorStore",
-    "VectorStoreCreate",
+    VectorStoreCreate,
     returns={"vector_store_id": "/id"},
 )
 async def create_vector_store(request: Request) -> JSONResponse:
     deps = services(request)
-    body = extensions(await json_body(request), "embedding_model")
-    name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
-    description = optional_str(body, "description", "", MAX_DESCRIPTION_CHARS) or ""
-    meta = metadata(body)
-    expires = _expires_after(body)
-    file_ids = body.get("file_ids") or []
-    if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
-        raise invalid("'file_ids' must be an array of file ids", param="file_ids")
-    _, model = await new_store_model(body.get("embedding_model"), deps.embedders)
-    chunking = resolve_chunking(body.get("chunking_strategy"), model)
+    asked = parse(VectorStoreCreate, extensions(await json_body(request), "embedding_model"))
+    file_ids = asked.file_ids
+    _, model = await new_store_model(asked.embedding_model, deps.embedders)
+    chunking = resolve_chunking(asked.chunking_strategy, model)
     # Every file must exist and be the caller's to attach before the store is made: a 404
     # for one of them leaves no empty store behind.
     await asyncio.gather(
@@ -79,14 +56,14 @@ async def create_vector_store(request: Request) -> JSONResponse:
     )
     vector_store = await deps.store.CreateVectorStore(
         store_pb2.CreateVectorStoreRequest(
-            name=name,
-            metadata=meta,
+            name=asked.name,
+            metadata=asked.metadata,
             model=model.name,
             dimensions=model.dimensions,
-            expires_anchor=expires[0] if expires else "",
-            expires_days=expires[1] if expires else 0,
+            expires_anchor=asked.expires_after.anchor if asked.expires_after else "",
+            expires_days=asked.expires_after.days if asked.expires_after else 0,
             max_input_tokens=model.max_input_tokens,
-            description=description,
+            description=asked.description,
         )
     )
     if file_ids:
@@ -118,23 +95,23 @@ async def get_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
-@operation("Modify a vector store", "VectorStore", "VectorStoreUpdate")
+@operation("Modify a vector store", "VectorStore", VectorStoreUpdate)
 async def update_vector_store(request: Request) -> JSONResponse:
-    body = await json_body(request)
-    update = store_pb2.UpdateVectorStoreRequest(id=request.path_params["vector_store_id"])
-    if "name" in body:
-        update.has_name = True
-        update.name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
-    if "metadata" in body:
-        update.has_metadata = True
-        update.metadata.update(metadata(body))
-    if "description" in body:
-        update.has_description = True
-        update.description = optional_str(body, "description", "", MAX_DESCRIPTION_CHARS) or ""
-    if "expires_after" in body:
-        expires = _expires_after(body)
-        update.has_expires = True
-        update.expires_anchor, update.expires_days = expires or ("", 0)
+    asked = parse(VectorStoreUpdate, await json_body(request))
+    sent = asked.model_fields_set
+    update = store_pb2.UpdateVectorStoreRequest(
+        id=request.path_params["vector_store_id"],
+        has_name="name" in sent,
+        name=asked.name or "",
+        has_description="description" in sent,
+        description=asked.description or "",
+        has_metadata="metadata" in sent,
+        metadata=asked.metadata or {},
+        has_expires="expires_after" in sent,
+    )
+    if asked.expires_after is not None:
+        update.expires_anchor = asked.expires_after.anchor
+        update.expires_days = asked.expires_after.days
     vector_store = await services(request).store.UpdateVectorStore(update)
     return JSONResponse(objects.vector_store(vector_store))
 
@@ -190,20 +167,16 @@ async def search_vector_store(request: Request) -> JSONResponse:
 @operation(
     "Re-index a vector store with another model or chunking (ragd extension)",
     "VectorStore",
-    "VectorStoreReindex",
+    VectorStoreReindex,
 )
 async def reindex_vector_store(request: Request) -> JSONResponse:
     """Extension: re-indexes the store with `embedding_model` (and `chunking_strategy`, else
     each file's own, shortened to the model's context) while it keeps serving searches from
     its old index; progress on the store's `reindex`. 409 while one is in progress."""
     deps = services(request)
-    body = await json_body(request)
-    if body.get("embedding_model") is None:
-        raise invalid(
-            "'embedding_model' is required: the model to re-index with", param="embedding_model"
-        )
-    _, model = await new_store_model(body.get("embedding_model"), deps.embedders)
-    chunking = body.get("chunking_strategy")
+    asked = parse(VectorStoreReindex, await json_body(request))
+    _, model = await new_store_model(asked.embedding_model, deps.embedders)
+    chunking = asked.chunking_strategy
     message = store_pb2.StartReindexRequest(
         vector_store_id=request.path_params["vector_store_id"],
         model=store_model(model),
