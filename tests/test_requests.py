@@ -14,7 +14,10 @@ from services.gateway.errors import InvalidRequest
 from services.gateway.ingest import ChunkingStrategyBody
 from services.gateway.openapi import build_spec
 from services.gateway.requests import parse
+from services.gateway.routes import files as files_route
+from services.gateway.routes.files import FileUpload
 from services.gateway.search_body import SearchRequest
+from services.gateway.uploads import Upload
 from services.gateway.vector_store_bodies import VectorStoreCreate, VectorStoreUpdate
 
 
@@ -201,3 +204,60 @@ def test_a_nested_body_is_named_where_it_sits() -> None:
         )
     assert refused.value.param == "files[2].chunking_strategy"
     assert refused.value.message == "'files[2].chunking_strategy.static' must be an object"
+
+
+def _upload(**fields: str) -> dict[str, Any]:
+    return files_route._form(Upload("a.txt", b"x", dict(fields)))
+
+
+def test_an_upload_form_reads_the_sdks_expires_after_fields() -> None:
+    asked = parse(
+        FileUpload,
+        _upload(
+            purpose="assistants",
+            **{"expires_after[anchor]": "created_at", "expires_after[seconds]": "3600"},
+        ),
+    )
+    assert (
+        asked.purpose == "assistants"
+        and asked.expires_after is not None
+        and asked.expires_after.seconds == 3600
+    )
+    as_json = _upload(purpose="batch", expires_after='{"anchor": "created_at", "seconds": 7200}')
+    assert parse(FileUpload, as_json).expires_after.seconds == 7200  # type: ignore[union-attr]
+    assert parse(FileUpload, _upload(purpose="user_data")).expires_after is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "message"),
+    [
+        ({}, "purpose", "'purpose' is required"),
+        ({"purpose": "anything"}, "purpose", "must be one of assistants, batch"),
+        (
+            {"purpose": "assistants", "expires_after[seconds]": "60"},
+            "expires_after",
+            "'expires_after.anchor' is required",
+        ),
+        (
+            {
+                "purpose": "assistants",
+                "expires_after[anchor]": "created_at",
+                "expires_after[seconds]": "9" * 40,
+            },
+            "expires_after",
+            "'expires_after.seconds' must be an integer",
+        ),
+        (
+            {"purpose": "assistants", "expires_after": '{"anchor": "created_at", "seconds": 60}'},
+            "expires_after",
+            "'expires_after.seconds' must be between 3600 and 2592000, got 60",
+        ),
+    ],
+)
+def test_a_bad_upload_form_names_its_field(
+    fields: dict[str, str], param: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(FileUpload, _upload(**fields))
+    assert refused.value.param == param
+    assert message in refused.value.message

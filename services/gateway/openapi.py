@@ -69,7 +69,7 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
         content.update(_content(_body_name(spec.body)))
     for form in (spec.form, spec.also_form):
         if form:
-            content["multipart/form-data"] = {"schema": ref(form)}
+            content["multipart/form-data"] = {"schema": ref(_body_name(form))}
     if content:
         described["requestBody"] = {"required": spec.body_required, "content": content}
     return described
@@ -85,13 +85,15 @@ def _request_models(routes: Sequence[BaseRoute]) -> dict[str, Schema]:
     found: dict[str, Schema] = {}
     for route in routes:
         spec = operation_of(route.endpoint) if isinstance(route, Route) else None
-        if spec is None or not isinstance(spec.body, type):
-            continue
-        schema, parts = json_schema(spec.body)
-        for name, part in {schema_name(spec.body): schema, **parts}.items():
-            if name in SCHEMAS or name in CHAT_SCHEMAS or found.get(name, part) != part:
-                raise ValueError(f"two schemas are called {name}")
-            found[name] = part
+        models = [] if spec is None else [spec.body, spec.form, spec.also_form]
+        for model in models:
+            if not isinstance(model, type):
+                continue
+            schema, parts = json_schema(model)
+            for name, part in {schema_name(model): schema, **parts}.items():
+                if name in SCHEMAS or name in CHAT_SCHEMAS or found.get(name, part) != part:
+                    raise ValueError(f"two schemas are called {name}")
+                found[name] = part
     return found
 
 

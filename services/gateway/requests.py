@@ -108,7 +108,8 @@ def refusal(model: type[BaseModel], problem: ErrorDetails, at: str = "") -> Inva
     if kind in _BOUNDS and fields and math.isfinite(sum(bounds := _bounds(fields[-1]))):
         low, high = bounds
         return InvalidRequest(
-            f"'{path}' must be between {low:g} and {high:g}, got {given}", param=param
+            f"'{path}' must be between {_number(low)} and {_number(high)}, got {given}",
+            param=param,
         )
     if kind == "literal_error" and fields:
         choices = typing.get_args(_unwrapped(fields[-1].annotation))
@@ -135,6 +136,10 @@ def refusal(model: type[BaseModel], problem: ErrorDetails, at: str = "") -> Inva
         return InvalidRequest(f"'{path}': {message}", param=param)
     # A validator's own (fail): its message and code.
     return InvalidRequest(message, param=param, code=kind)
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
 
 
 def _unwrapped(annotation: Any) -> Any:

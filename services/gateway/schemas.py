@@ -80,15 +80,6 @@ _EXPIRES_AFTER = obj(
     anchor={"const": "last_active_at"},
     days={"type": "integer", "minimum": 1, "maximum": 365},
 )
-_FILE_EXPIRES_AFTER = obj(
-    ["anchor", "seconds"],
-    anchor={"const": v.FILE_EXPIRES_ANCHOR},
-    seconds={
-        "type": "integer",
-        "minimum": v.MIN_FILE_EXPIRES_SECONDS,
-        "maximum": v.MAX_FILE_EXPIRES_SECONDS,
-    },
-)
 _STATIC_CHUNKING = obj(
     ["max_chunk_size_tokens", "chunk_overlap_tokens"],
     max_chunk_size_tokens={
@@ -237,16 +228,6 @@ SCHEMAS: dict[str, Schema] = {
         ["object", "data"], object={"const": "list"}, data={"type": "array", "items": ref("Model")}
     ),
     # Files
-    "FileUpload": obj(
-        ["file", "purpose"],
-        file={"type": "string", "format": "binary"},
-        purpose={"enum": list(v.FILE_PURPOSES)},
-        expires_after={
-            "description": "sent by the SDK as the form fields expires_after[anchor] and "
-            "expires_after[seconds]; a JSON string of the object is taken too"
-        }
-        | _FILE_EXPIRES_AFTER,
-    ),
     "File": obj(
         ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
         id=STRING,

@@ -2,79 +2,64 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import Field, WithJsonSchema
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.common.vocabulary import (
-    FILE_EXPIRES_ANCHOR,
-    FILE_PURPOSES,
-    MAX_FILE_EXPIRES_SECONDS,
-    MIN_FILE_EXPIRES_SECONDS,
-)
+from services.common import vocabulary as v
 from services.gateway import objects
 from services.gateway.auth import charge
-from services.gateway.errors import invalid
 from services.gateway.operations import operation, paging_params, query_param
 from services.gateway.params import paging
+from services.gateway.requests import RequestModel, parse
 from services.gateway.routes import services
-from services.gateway.uploads import form_json, read_upload
+from services.gateway.uploads import Upload, form_json, read_upload
 from services.pb import store_pb2
 
-
-def _expires_after(fields: dict[str, Any]) -> int:
-    """The seconds of OpenAI's expires_after, as the SDK's multipart form sends it
-    (expires_after[anchor], expires_after[seconds]) or as one JSON field; 0 when absent."""
-    raw = form_json(fields, "expires_after")
-    if raw is None:
-        anchor, seconds = fields.get("expires_after[anchor]"), fields.get("expires_after[seconds]")
-        if anchor is None and seconds is None:
-            return 0
-        raw = {"anchor": anchor, "seconds": seconds}
-    if not isinstance(raw, dict) or raw.get("anchor") != FILE_EXPIRES_ANCHOR:
-        raise invalid(
-            f"'expires_after.anchor' must be '{FILE_EXPIRES_ANCHOR}'", param="expires_after"
-        )
-    seconds = raw.get("seconds")
-    # A form carries the number as text.
-    if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
-        seconds = int(seconds)
-    if (
-        isinstance(seconds, bool)
-        or not isinstance(seconds, int)
-        or not MIN_FILE_EXPIRES_SECONDS <= seconds <= MAX_FILE_EXPIRES_SECONDS
-    ):
-        raise invalid(
-            f"'expires_after.seconds' must be an integer from {MIN_FILE_EXPIRES_SECONDS} to "
-            f"{MAX_FILE_EXPIRES_SECONDS}",
-            param="expires_after",
-        )
-    return seconds
+BINARY = {"type": "string", "format": "binary"}
 
 
-@operation("Upload a file", "File", form="FileUpload", returns={"file_id": "/id"})
+class FileExpiresAfterBody(RequestModel):
+    anchor: Literal["created_at"]
+    seconds: Annotated[int, Field(ge=v.MIN_FILE_EXPIRES_SECONDS, le=v.MAX_FILE_EXPIRES_SECONDS)]
+
+
+class FileUpload(RequestModel):
+    """The multipart form of an upload. The SDK sends expires_after as the fields
+    expires_after[anchor] and expires_after[seconds]; a JSON string of it is taken too."""
+
+    file: Annotated[Any, WithJsonSchema(BINARY)]
+    purpose: Literal[v.FILE_PURPOSES]  # type: ignore[valid-type]
+    expires_after: FileExpiresAfterBody | None = None
+
+
+def _form(upload: Upload) -> dict[str, Any]:
+    """The form's fields as FileUpload reads them."""
+    fields: dict[str, Any] = {**upload.fields, "file": upload.content}
+    expires = form_json(fields, "expires_after")
+    anchor, seconds = fields.get("expires_after[anchor]"), fields.get("expires_after[seconds]")
+    if expires is None and (anchor is not None or seconds is not None):
+        # A form carries the number as text.
+        if isinstance(seconds, str) and seconds.isdecimal() and len(seconds) < 16:
+            seconds = int(seconds)
+        expires = {"anchor": anchor, "seconds": seconds}
+    fields["expires_after"] = expires
+    return fields
+
+
+@operation("Upload a file", "File", form=FileUpload, returns={"file_id": "/id"})
 async def create_file(request: Request) -> JSONResponse:
     deps = services(request)
     upload = await read_upload(request, deps.config.max_upload_bytes)
-    purpose = upload.fields.get("purpose")
-    if not isinstance(purpose, str) or not purpose:
-        raise invalid(
-            "'purpose' is required, e.g. 'assistants'",
-            param="purpose",
-            code="missing_required_parameter",
-        )
-    if purpose not in FILE_PURPOSES:
-        raise invalid(
-            f"'purpose' must be one of {', '.join(FILE_PURPOSES)}, got {purpose!r}",
-            param="purpose",
-        )
+    asked = parse(FileUpload, _form(upload))
     created = await deps.store.CreateFile(
         store_pb2.CreateFileRequest(
             filename=upload.filename,
-            purpose=purpose,
+            purpose=asked.purpose,
             content=upload.content,
-            expires_after_seconds=_expires_after(upload.fields),
+            expires_after_seconds=asked.expires_after.seconds if asked.expires_after else 0,
         ),
     )
     charge(request.scope, stored=len(upload.content))
