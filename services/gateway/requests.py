@@ -24,15 +24,24 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 from pydantic_core.core_schema import ErrorType
 
-from services.common.vocabulary import MAX_KEY_CHARS, MAX_METADATA, MAX_METADATA_CHARS
+from services.common.vocabulary import (
+    MAX_ATTRIBUTE_CHARS,
+    MAX_ATTRIBUTES,
+    MAX_KEY_CHARS,
+    MAX_METADATA,
+    MAX_METADATA_CHARS,
+)
 from services.gateway.errors import InvalidRequest
+from services.gateway.schemas import ATTRIBUTE
 
 Schema = dict[str, Any]
 
@@ -72,10 +81,11 @@ def parse(model: type[M], body: Any, *, at: str = "") -> M:
         raise refusal(model, error.errors(include_url=False)[0], at) from None
 
 
-def fail(code: str, message: str) -> PydanticCustomError:
+def fail(code: str, message: str, param: str = "") -> PydanticCustomError:
     """A validator's own refusal: `message` as the client reads it (a "{path}" in it names the
-    field), with a stable `code`."""
-    return PydanticCustomError(code, message)
+    field), with a stable `code`; `param` where the field's own would not do (a check of the
+    whole body)."""
+    return PydanticCustomError(code, message, {"param": param} if param else None)
 
 
 # pydantic's error types -> ragd's code and message (the field's path and details filled in).
@@ -97,8 +107,10 @@ def refusal(model: type[BaseModel], problem: ErrorDetails, at: str = "") -> Inva
     fields = _fields_along(model, problem["loc"])
     path = _path([at, *problem["loc"]] if at else problem["loc"])
     param = next((p.name for f in reversed(fields) for p in f.metadata if isinstance(p, Param)), "")
-    param = at or param or (str(problem["loc"][0]) if problem["loc"] else "")
     kind, given, context = problem["type"], problem.get("input"), problem.get("ctx") or {}
+    param = (
+        at or context.get("param") or param or (str(problem["loc"][0]) if problem["loc"] else "")
+    )
     if kind == "missing":
         return InvalidRequest(
             f"'{path}' is required", param=param, code="missing_required_parameter"
@@ -216,6 +228,32 @@ def _valid_unicode(value: str) -> str:
 # Strings: valid Unicode, within their limits.
 Text = Annotated[str, AfterValidator(_valid_unicode)]
 Key = Annotated[Text, Field(max_length=MAX_KEY_CHARS)]
+
+
+def _attribute(value: Any) -> str | float | bool:
+    """One attribute value: a string, a number a float can hold, or a boolean."""
+    if isinstance(value, str):
+        if len(value) > MAX_ATTRIBUTE_CHARS:
+            raise fail(
+                "string_too_long", f"'{{path}}' is longer than {MAX_ATTRIBUTE_CHARS} characters"
+            )
+        return _valid_unicode(value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise fail("invalid_value", "'{path}' must be a finite number")
+        return value
+    raise fail("invalid_type", "'{path}' must be a string, number or boolean")
+
+
+Attribute = Annotated[str | float | bool, PlainValidator(_attribute), WithJsonSchema(ATTRIBUTE)]
+# OpenAI's attributes of a vector store file: at most 16, keys up to 64 characters.
+Attributes = Annotated[dict[Key, Attribute], Field(max_length=MAX_ATTRIBUTES)]
 # OpenAI's metadata: at most 16 pairs, keys up to 64 characters, string values up to 512.
 Metadata = Annotated[
     dict[Key, Annotated[Text, Field(max_length=MAX_METADATA_CHARS)]],

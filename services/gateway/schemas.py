@@ -61,12 +61,6 @@ ATTRIBUTE = {
         {"type": "boolean"},
     ]
 }
-ATTRIBUTES = {
-    "type": "object",
-    "maxProperties": v.MAX_ATTRIBUTES,
-    "propertyNames": {"maxLength": v.MAX_KEY_CHARS},
-    "additionalProperties": ATTRIBUTE,
-}
 EMBEDDING_MODEL = {
     "description": "ragd extension: the model to index with, by name or as the vector store "
     "shows it; one the server serves (GET /v1/models), else a 400",
@@ -289,26 +283,6 @@ SCHEMAS: dict[str, Schema] = {
         | COUNT,
     ),
     "VectorStoreList": list_of("VectorStore"),
-    "VectorStoreFileCreate": {
-        "description": "OpenAI's {file_id, attributes, chunking_strategy}; or, as a ragd "
-        "extension, {text, filename, attributes, chunking_strategy} or a multipart 'file' "
-        "(attributes and chunking_strategy as JSON strings).",
-        "anyOf": [{"required": ["file_id"]}, {"required": ["text"]}],
-    }
-    | obj(
-        file_id={"type": "string", "minLength": 1},
-        attributes=ATTRIBUTES,
-        chunking_strategy=ref("ChunkingStrategy"),
-        text=STRING,
-        filename={"type": "string", "maxLength": v.MAX_FILENAME_CHARS},
-    ),
-    "VectorStoreFileUpload": obj(
-        ["file"],
-        file={"type": "string", "format": "binary"},
-        attributes={"description": "JSON object"} | STRING,
-        chunking_strategy={"description": "JSON object"} | STRING,
-    ),
-    "VectorStoreFileUpdate": obj(["attributes"], attributes=ATTRIBUTES),
     "VectorStoreFile": obj(
         ["id", "object", "usage_bytes", "created_at", "vector_store_id", "status", "last_error"],
         id=STRING,
@@ -343,23 +317,6 @@ SCHEMAS: dict[str, Schema] = {
         data={"type": "array", "items": TEXT_PART},
         has_more=BOOL,
         next_page={"type": "null"},
-    ),
-    "FileBatchCreate": {"oneOf": [{"required": ["file_ids"]}, {"required": ["files"]}]}
-    | obj(
-        file_ids={"type": "array", "items": STRING, "minItems": 1, "maxItems": v.MAX_BATCH_FILES},
-        files={
-            "type": "array",
-            "minItems": 1,
-            "maxItems": v.MAX_BATCH_FILES,
-            "items": obj(
-                ["file_id"],
-                file_id=STRING,
-                attributes=ATTRIBUTES,
-                chunking_strategy=ref("ChunkingStrategy"),
-            ),
-        },
-        attributes=ATTRIBUTES,
-        chunking_strategy=ref("ChunkingStrategy"),
     ),
     "FileBatch": obj(
         ["id", "object", "created_at", "vector_store_id", "status", "file_counts"],
