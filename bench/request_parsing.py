@@ -20,6 +20,7 @@ from typing import Any
 from services.common.vocabulary import (
     DEFAULT_SEARCH_MODE,
     MAX_DESCRIPTION_CHARS,
+    MAX_EMBED_INPUTS,
     MAX_NAME_CHARS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
@@ -30,6 +31,7 @@ from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
 from services.gateway.params import metadata, optional_int, optional_str, ranking_options
 from services.gateway.requests import parse
+from services.gateway.routes.embeddings import EmbeddingRequest
 from services.gateway.search import Search
 from services.gateway.search_body import SearchRequest
 from services.gateway.vector_store_bodies import VectorStoreCreate
@@ -161,6 +163,47 @@ SEARCH_BODIES: dict[str, dict[str, Any]] = {
     },
 }
 
+# The embeddings body, as routes/embeddings.py read it.
+
+
+def old_embeddings(body: dict[str, Any]) -> tuple[Any, ...]:
+    raw = body.get("input")
+    if raw is None:
+        raise invalid("'input' is required", param="input")
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not items or len(items) > MAX_EMBED_INPUTS:
+        raise invalid("bad input", param="input")
+    for item in items:
+        if isinstance(item, int | list) and not isinstance(item, bool):
+            raise invalid("token ids", param="input")
+        if not isinstance(item, str) or item == "":
+            raise invalid("bad item", param="input")
+    encoding = optional_str(body, "encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise invalid("bad encoding", param="encoding_format")
+    model = optional_str(body, "model")
+    truncate = body.get("truncate")
+    if truncate is None:
+        truncate = False
+    if not isinstance(truncate, bool):
+        raise invalid("bad truncate", param="truncate")
+    return items, encoding, model, body.get("dimensions"), truncate
+
+
+def new_embeddings(body: dict[str, Any]) -> tuple[Any, ...]:
+    asked = parse(EmbeddingRequest, body)
+    return asked.input, asked.encoding_format, asked.model, asked.dimensions, asked.truncate
+
+
+EMBEDDING_BODIES: dict[str, dict[str, Any]] = {
+    "embeddings, one text": {"input": "how do I rotate the logs", "model": "all-MiniLM-L6-v2"},
+    "embeddings, 2048 texts": {
+        "input": [f"text number {n} about rotating logs" for n in range(2048)],
+        "encoding_format": "base64",
+        "dimensions": 384,
+    },
+}
+
 CREATE_BODIES: dict[str, dict[str, Any]] = {
     "vector store create, name only": {"name": "handbook"},
     "vector store create, everything": {
@@ -179,8 +222,9 @@ CREATE_BODIES: dict[str, dict[str, Any]] = {
 FAMILIES: list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[dict[str, Any]], Any]]] = [
     *((name, old_search, new_search) for name in SEARCH_BODIES),
     *((name, old_create, new_create) for name in CREATE_BODIES),
+    *((name, old_embeddings, new_embeddings) for name in EMBEDDING_BODIES),
 ]
-BODIES = {**SEARCH_BODIES, **CREATE_BODIES}
+BODIES = {**SEARCH_BODIES, **CREATE_BODIES, **EMBEDDING_BODIES}
 
 
 def measure(repeats: int, number: int) -> list[tuple[str, float, float]]:

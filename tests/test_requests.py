@@ -15,6 +15,7 @@ from services.gateway.ingest import ChunkingStrategyBody
 from services.gateway.openapi import build_spec
 from services.gateway.requests import parse
 from services.gateway.routes import files as files_route
+from services.gateway.routes.embeddings import EmbeddingRequest
 from services.gateway.routes.files import FileUpload
 from services.gateway.search_body import SearchRequest
 from services.gateway.uploads import Upload
@@ -261,3 +262,33 @@ def test_a_bad_upload_form_names_its_field(
         parse(FileUpload, _upload(**fields))
     assert refused.value.param == param
     assert message in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "message"),
+    [
+        ({}, "missing_required_parameter", "'input' is required"),
+        ({"input": None}, "missing_required_parameter", "'input' is required"),
+        ({"input": 5}, "invalid_type", "'input' must be a string or an array of strings"),
+        ({"input": []}, "invalid_value", "'input' must not be empty"),
+        ({"input": ["ok", ""]}, "invalid_value", "'input[1]' is an empty string"),
+        ({"input": ["ok", None]}, "invalid_type", "'input[1]' must be a string"),
+        ({"input": [[1, 2]]}, "unsupported_input", "token-id inputs are not supported"),
+        ({"input": ["x"] * 2049}, "invalid_value", "'input' can have at most 2048 items"),
+    ],
+)
+def test_a_bad_embedding_body_names_its_input(
+    body: dict[str, Any], code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(EmbeddingRequest, body)
+    assert (refused.value.param, refused.value.code) == ("input", code)
+    assert message in refused.value.message
+
+
+def test_an_embedding_body_reads_its_options() -> None:
+    asked = parse(EmbeddingRequest, {"input": "x", "truncate": None, "encoding_format": "base64"})
+    assert (asked.input, asked.truncate, asked.encoding_format) == (["x"], False, "base64")
+    with pytest.raises(InvalidRequest) as refused:
+        parse(EmbeddingRequest, {"input": "x", "encoding_format": "int8"})
+    assert refused.value.param == "encoding_format"

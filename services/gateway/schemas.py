@@ -175,25 +175,6 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     # Embeddings and models
-    "EmbeddingRequest": obj(
-        ["input"],
-        input={
-            "oneOf": [
-                {"type": "string", "minLength": 1},
-                {
-                    "type": "array",
-                    "items": {"type": "string", "minLength": 1},
-                    "minItems": 1,
-                    "maxItems": v.MAX_EMBED_INPUTS,
-                },
-            ]
-        },
-        model=STRING,
-        encoding_format={"enum": ["float", "base64"]},
-        dimensions=INT,
-        truncate={"description": "ragd extension: embed the first tokens of over-long inputs"}
-        | BOOL,
-    ),
     "Embedding": obj(
         ["object", "index", "embedding"],
         object={"const": "embedding"},
