@@ -41,9 +41,7 @@ from services.common.vocabulary import (
     MAX_METADATA_CHARS,
 )
 from services.gateway.errors import InvalidRequest
-from services.gateway.schemas import ATTRIBUTE
-
-Schema = dict[str, Any]
+from services.gateway.schemas import ATTRIBUTE, Schema
 
 
 @dataclass(frozen=True)
@@ -254,6 +252,26 @@ def _attribute(value: Any) -> str | float | bool:
 Attribute = Annotated[str | float | bool, PlainValidator(_attribute), WithJsonSchema(ATTRIBUTE)]
 # OpenAI's attributes of a vector store file: at most 16, keys up to 64 characters.
 Attributes = Annotated[dict[Key, Attribute], Field(max_length=MAX_ATTRIBUTES)]
+
+
+def attribute_value(value: Any, name: str, param: str) -> str | float | bool:
+    """One attribute value outside a model (a filter's), its errors naming `name`."""
+    try:
+        return _attribute(value)
+    except PydanticCustomError as error:
+        message = error.message().replace("{path}", name)
+        raise InvalidRequest(message, param=param, code=error.type) from None
+
+
+class _AttributesOnly(RequestModel):
+    attributes: Attributes
+
+
+def attributes_of(value: Any) -> dict[str, str | float | bool]:
+    """Attributes outside a body (a gRPC ingest's document), checked as a body's are."""
+    return parse(_AttributesOnly, {"attributes": value}).attributes
+
+
 # OpenAI's metadata: at most 16 pairs, keys up to 64 characters, string values up to 512.
 Metadata = Annotated[
     dict[Key, Annotated[Text, Field(max_length=MAX_METADATA_CHARS)]],
