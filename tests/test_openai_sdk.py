@@ -45,6 +45,31 @@ def test_files_create_retrieve_content_delete(sdk: OpenAI) -> None:
         sdk.files.retrieve(created.id)
 
 
+def test_files_expires_after_sets_expires_at(sdk: OpenAI) -> None:
+    """The SDK sends expires_after as the form fields expires_after[anchor] and [seconds]; the
+    store's sweep deletes the file then (tests/test_store_retention.py moves its clock)."""
+    created = sdk.files.create(
+        file=text_file("brief.txt", "short-lived"),
+        purpose="assistants",
+        expires_after={"anchor": "created_at", "seconds": 3600},
+    )
+    assert created.expires_at == created.created_at + 3600
+    assert sdk.files.retrieve(created.id).expires_at == created.expires_at
+    kept = sdk.files.create(file=text_file("kept.txt", "kept"), purpose="assistants")
+    assert kept.expires_at is None
+    for bad in (
+        {"anchor": "created_at", "seconds": 60},
+        {"anchor": "last_active_at", "seconds": 3600},
+    ):
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.files.create(
+                file=text_file("x.txt", "x"),
+                purpose="assistants",
+                expires_after=bad,  # type: ignore[arg-type]
+            )
+        assert refused.value.param == "expires_after"
+
+
 def test_files_list_pagination(sdk: OpenAI) -> None:
     ids = {
         sdk.files.create(file=text_file(f"page{i}.txt", f"page {i}"), purpose="user_data").id
@@ -63,6 +88,13 @@ def test_vector_store_lifecycle(sdk: OpenAI) -> None:
     assert sdk.vector_stores.retrieve(store.id).metadata == {"team": "search"}
     renamed = sdk.vector_stores.update(store.id, name="sdk-renamed")
     assert renamed.name == "sdk-renamed"
+    # OpenAI's VectorStore type has no description yet: ragd echoes it as an extra field.
+    described = sdk.vector_stores.create(name="sdk-described", description="team handbook")
+    assert (described.model_extra or {})["description"] == "team handbook"
+    assert (store.model_extra or {})["description"] is None
+    updated = sdk.vector_stores.update(described.id, extra_body={"description": "handbook v2"})
+    assert (updated.model_extra or {})["description"] == "handbook v2"
+    assert sdk.vector_stores.delete(described.id).deleted is True
     listed = [s.id for s in sdk.vector_stores.list(limit=100)]
     assert store.id in listed
     assert sdk.vector_stores.delete(store.id).deleted is True

@@ -190,6 +190,17 @@ def test_delete_file_removes_it_from_every_vector_store(repo: Repository) -> Non
     assert repo.claim_jobs("w1", max_jobs=10, lease_seconds=60) == []
 
 
+def test_a_vector_store_keeps_its_description(repo: Repository) -> None:
+    made = repo.create_vector_store("a", MODEL, DIMS, description="release notes, 2024")
+    assert made.description == "release notes, 2024"
+    assert repo.get_vector_store(made.id).description == "release notes, 2024"
+    # Updating other fields leaves it; None leaves it; "" clears it.
+    assert repo.update_vector_store(made.id, name="b").description == "release notes, 2024"
+    assert repo.update_vector_store(made.id, description="v2").description == "v2"
+    assert [s.description for s in repo.list_vector_stores().items] == ["v2"]
+    assert repo.update_vector_store(made.id, description="").description == ""
+
+
 # Attaching
 
 

@@ -55,6 +55,7 @@ def test_a_reindex_switches_model_in_one_step_when_every_file_is_done(
     repo: Repository, vs_id: str
 ) -> None:
     files = indexed(repo, vs_id, 3)
+    repo.update_vector_store(vs_id, description="kept across the switch")
     started = repo.start_reindex(vs_id, NEW, max_chunk_tokens=256)
     assert started.reindex is not None and started.reindex.status == "in_progress"
     assert started.reindex.file_counts.in_progress == 3
@@ -70,6 +71,7 @@ def test_a_reindex_switches_model_in_one_step_when_every_file_is_done(
     drain(repo)
     after = repo.get_vector_store(vs_id)
     assert (after.model, after.dimensions, after.name) == (NEW.name, NEW.dimensions, "notes")
+    assert after.description == "kept across the switch"
     assert after.reindex is not None and after.reindex.status == "completed"
     assert after.reindex.file_counts.completed == 3 and after.file_counts.completed == 3
     assert sorted(search_vector(repo, vs_id, NEW.dimensions)) == sorted(files)

@@ -171,22 +171,32 @@ def test_a_file_whose_schema_is_not_ragds_is_refused_and_nothing_changes(
     check_invariants(repo.path)
 
 
-def vector_store_row(conn: apsw.Connection, key: int) -> None:
+def vector_store_row(conn: apsw.Connection, key: int, version: int) -> None:
     """A vector store with one file and chunk, written with the tables and columns of
-    migration 1 (a vector store was a `collection` until migration 15)."""
+    `version`'s schema (a vector store was a `collection` until migration 15)."""
+    renamed = version >= schema_check.VECTOR_STORES_SINCE
+    stores, members = (
+        ("vector_stores", "vector_store_files")
+        if renamed
+        else (
+            "collections",
+            "collection_files",
+        )
+    )
+    column = "vector_store_id" if renamed else "collection_id"
     conn.execute(
-        "INSERT INTO collections (id, public_id, name, model, dimensions, created_at,"
+        f"INSERT INTO {stores} (id, public_id, name, model, dimensions, created_at,"
         " last_active_at, chunk_count, file_count) VALUES (?, ?, 'old', ?, ?, 1, 1, 1, 1)",
         (key, f"vs_old{key}", MODEL, DIMS),
     )
     conn.execute("INSERT INTO files (id, filename, created_at) VALUES ('file-old', 'o.txt', 1)")
     conn.execute(
-        "INSERT INTO collection_files (collection_id, file_id, status, chunk_count, created_at)"
+        f"INSERT INTO {members} ({column}, file_id, status, chunk_count, created_at)"
         " VALUES (?, 'file-old', 'completed', 1, 1)",
         (key,),
     )
     conn.execute(
-        "INSERT INTO chunks (id, collection_id, file_id, chunk_index, text, token_count)"
+        f"INSERT INTO chunks (id, {column}, file_id, chunk_index, text, token_count)"
         " VALUES (1, ?, 'file-old', 0, 'an old chunk of text', 5)",
         (key,),
     )
@@ -209,7 +219,7 @@ def test_an_older_backup_is_checked_and_migrated_before_it_replaces_anything(
         with conn:
             step(conn)
     with conn:
-        vector_store_row(conn, 1)
+        vector_store_row(conn, 1, version)
         if schema_check.FULLTEXT_PER_STORE_SINCE <= version < schema_check.FULLTEXT_OUTSIDE_SINCE:
             migrations.v9_fulltext_table(conn, 1)
             conn.execute("INSERT INTO fts_1 (rowid, text) VALUES (1, 'an old chunk of text')")

@@ -13,13 +13,20 @@ import pytest
 
 from services.common.config import ConfigError, Env
 from services.store.config import StoreConfig
-from services.store.errors import ConversationNotFound, ResponseNotFound
+from services.store.errors import (
+    ConversationNotFound,
+    FileNotFound,
+    InvalidArgument,
+    ResponseNotFound,
+)
 from services.store.records import NewItem, NewResponse
 from services.store.repository import OperationsSettings, Repository
 from services.store.retention import BATCH, DAY_SECONDS, RetentionSettings
 from tests.store_fixtures import (
     FakeClock,
     check_invariants,
+    claim_one,
+    finish,
     open_readonly,
     open_repository,
     scalar,
@@ -153,6 +160,44 @@ def test_off_by_default(repo: Repository, clock: FakeClock) -> None:
     assert (swept.conversations, swept.responses) == (0, 0)
     assert repo.get_conversation(conversation.id).item_count == 1
     assert repo.get_response("resp_forever001").status == "completed"
+
+
+def test_files_expire_at_their_expires_at_as_a_delete_would(
+    repo: Repository, clock: FakeClock, tmp_path: Path
+) -> None:
+    """OpenAI's expires_after on upload: the sweep deletes the file whatever the TTL settings
+    (off here), out of every vector store with its chunks, vectors and full text."""
+    store = repo.create_vector_store("notes", MODEL, DIMS).id
+    doomed = repo.create_file("doomed.txt", "assistants", b"walrus", expires_after_seconds=3600)
+    kept = repo.create_file("kept.txt", "assistants", b"narwhal")
+    assert (doomed.expires_at, kept.expires_at) == (clock.now + 3600, 0)
+    assert repo.get_file(doomed.id).expires_at == clock.now + 3600
+    for file in (doomed, kept):
+        repo.attach_file(store, file.id)
+        finish(repo, claim_one(repo), chunks=2)
+    assert len(repo.search(store, None, k=10, mode="lexical", query_text="chunk")) == 4
+    clock.now += 3599
+    assert repo.sweep_expired().files == 0
+    clock.now += 1
+    assert repo.sweep_expired().files == 1
+    with pytest.raises(FileNotFound):
+        repo.get_file(doomed.id)
+    after = repo.get_vector_store(store)
+    assert (after.file_count, after.chunk_count) == (1, 2)
+    hits = repo.search(store, None, k=10, mode="lexical", query_text="chunk")
+    assert {hit.file_id for hit in hits} == {kept.id}
+    hits = repo.search(store, np.ones(DIMS), k=10)
+    assert {hit.file_id for hit in hits} == {kept.id}
+    [entry] = expired(repo)
+    assert entry.startswith(f"file {doomed.id} (doomed.txt, expires_at 2023-")
+    assert repo.sweep_expired().files == 0
+    assert repo.get_file(kept.id).expires_at == 0
+
+
+@pytest.mark.parametrize("seconds", [1, 3599, 2_592_001, -5])
+def test_a_file_expiry_is_an_hour_to_30_days(repo: Repository, seconds: int) -> None:
+    with pytest.raises(InvalidArgument, match=r"expires_after\.seconds"):
+        repo.create_file("a.txt", "assistants", b"x", expires_after_seconds=seconds)
 
 
 def test_settings_are_days_and_checked() -> None:

@@ -57,6 +57,12 @@ MAX_NAME_CHARS = 256
 MAX_FILENAME_CHARS = 1024
 # OpenAI: what a file is uploaded for.
 FILE_PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+# OpenAI: a file's expires_after {anchor: "created_at", seconds}: an hour to 30 days.
+FILE_EXPIRES_ANCHOR = "created_at"
+MIN_FILE_EXPIRES_SECONDS = 3600
+MAX_FILE_EXPIRES_SECONDS = 2_592_000
+# ragd's bound on a vector store's description (OpenAI documents none; an assistant's is 512).
+MAX_DESCRIPTION_CHARS = 512
 
 # OpenAI: attributes of a vector-store file, and metadata of an object.
 MAX_ATTRIBUTES = 16

@@ -25,8 +25,8 @@ from services.gateway.clients import Store
 from services.gateway.errors import invalid
 from services.gateway.ingest import resolve_chunking
 from services.gateway.keys import Principal, act_for
-from services.gateway.params import attributes
 from services.gateway.parsing import UnsupportedFile, check_supported
+from services.gateway.requests import attributes_of
 from services.gateway.state import Services
 from services.pb import store_pb2
 
@@ -302,7 +302,7 @@ class IngestSession:
                 document.chunking, await self._deps.attacher.model(vector_store_id)
             ),
             upload=Upload(document.filename, content),
-            attributes=attributes({"attributes": document.attributes}),
+            attributes=attributes_of(dict(document.attributes)),
         )
         attached = await self._deps.attacher.attach(vector_store_id, item, who.name if who else "")
         if who is not None and not attached.deduplicated:

@@ -12,7 +12,8 @@ from services.common.vocabulary import (
 )
 from services.gateway.attributes import attribute_value
 from services.gateway.errors import invalid
-from services.gateway.params import attribute, check_text
+from services.gateway.params import check_text
+from services.gateway.requests import attribute_value as checked
 from services.pb import store_pb2
 
 COMPARISONS = FILTER_COMPARISONS
@@ -60,4 +61,4 @@ def parse_filter(raw: Any, path: str = "filters", depth: int = 0) -> store_pb2.F
 
 
 def _scalar(value: Any, path: str) -> store_pb2.AttributeValue:
-    return attribute_value(attribute(value, f"{path}.value", param="filters"))
+    return attribute_value(checked(value, f"{path}.value", param="filters"))

@@ -6,13 +6,13 @@ import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from services.common.model_info import ModelInfo
 from services.common.vocabulary import (
-    AUTO,
     CHARS_PER_TOKEN,
     MAX_CHUNK_TOKENS,
     MIN_CHUNK_TOKENS,
@@ -22,6 +22,7 @@ from services.gateway.chunking import Chunk, chunk_text
 from services.gateway.clients import EmbedderClient
 from services.gateway.embed_cache import EmbeddingCache, text_hash
 from services.gateway.errors import invalid
+from services.gateway.requests import RequestModel, fail, parse
 from services.pb import store_pb2
 
 # OpenAI's "auto" strategy is 800 tokens with 400 overlap; a model whose context is smaller
@@ -48,38 +49,49 @@ class ChunkingStrategy:
         return cls(message.max_chunk_size_tokens, message.chunk_overlap_tokens)
 
 
+class StaticChunking(RequestModel):
+    max_chunk_size_tokens: Annotated[int, Field(ge=MIN_CHUNK_TOKENS, le=MAX_CHUNK_TOKENS)]
+    chunk_overlap_tokens: Annotated[int, Field(ge=0)] = 0
+
+    @model_validator(mode="after")
+    def _overlap_within_half(self) -> StaticChunking:
+        half = self.max_chunk_size_tokens // 2
+        if self.chunk_overlap_tokens > half:
+            raise fail(
+                "invalid_value",
+                f"'{{path}}.chunk_overlap_tokens' must be an integer from 0 to half of "
+                f"max_chunk_size_tokens ({half})",
+            )
+        return self
+
+
+class ChunkingStrategyBody(RequestModel):
+    """OpenAI's chunking_strategy: {"type": "auto"} or {"type": "static", "static": {...}}."""
+
+    type: Literal["auto", "static"]
+    static: StaticChunking | None = None
+
+    @model_validator(mode="after")
+    def _static_has_sizes(self) -> ChunkingStrategyBody:
+        if self.type == STATIC and self.static is None:
+            raise fail("invalid_value", "'{path}.static' must be an object")
+        return self
+
+
 def resolve_chunking(
-    raw: Any, model: ModelInfo, param: str = "chunking_strategy"
+    raw: ChunkingStrategyBody | Any, model: ModelInfo, param: str = "chunking_strategy"
 ) -> ChunkingStrategy:
-    """Validates an OpenAI chunking_strategy against the model's context."""
+    """An OpenAI chunking_strategy (a parsed body's, or JSON from a form or a batch's files[],
+    then named by `param`) checked against the model's context."""
     limit = model.max_input_tokens
-    if raw is None or (isinstance(raw, dict) and raw.get("type") == AUTO):
+    asked = raw if isinstance(raw, ChunkingStrategyBody | None) else None
+    if raw is not None and asked is None:
+        asked = parse(ChunkingStrategyBody, raw, at=param)
+    if asked is None or asked.static is None:
         if limit >= AUTO_MAX_TOKENS:
             return ChunkingStrategy(AUTO_MAX_TOKENS, AUTO_OVERLAP_TOKENS)
         return ChunkingStrategy(limit, 0)
-    if not isinstance(raw, dict) or raw.get("type") != STATIC:
-        raise invalid(f"'{param}.type' must be 'auto' or 'static'", param=param)
-    static = raw.get("static")
-    if not isinstance(static, dict):
-        raise invalid(f"'{param}.static' must be an object", param=param)
-    size: Any = static.get("max_chunk_size_tokens")
-    overlap: Any = static.get("chunk_overlap_tokens", 0)
-    if (
-        isinstance(size, bool)
-        or not isinstance(size, int)
-        or not MIN_CHUNK_TOKENS <= size <= MAX_CHUNK_TOKENS
-    ):
-        raise invalid(
-            f"'{param}.static.max_chunk_size_tokens' must be an integer from "
-            f"{MIN_CHUNK_TOKENS} to {MAX_CHUNK_TOKENS}",
-            param=param,
-        )
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or not 0 <= overlap <= size // 2:
-        raise invalid(
-            f"'{param}.static.chunk_overlap_tokens' must be an integer from 0 to half "
-            f"of max_chunk_size_tokens ({size // 2})",
-            param=param,
-        )
+    size, overlap = asked.static.max_chunk_size_tokens, asked.static.chunk_overlap_tokens
     if size > limit:
         raise invalid(
             f"'{param}.static.max_chunk_size_tokens' is {size}, but the embedding model "

@@ -53,6 +53,8 @@ def vector_store(vector_store: store_pb2.VectorStore, now: float | None = None) 
         "metadata": dict(vector_store.metadata),
         "expires_after": expires_after,
         "expires_at": vector_store.expires_at or None,
+        # OpenAI takes a description on create (its object has none yet): echoed, or null.
+        "description": vector_store.description or None,
         # Extension: the embedding model the store was indexed with.
         "embedding_model": {"name": vector_store.model, "dimensions": vector_store.dimensions},
         # Extension: chunks indexed in the store (searchable ones; files in progress add later).
@@ -92,7 +94,7 @@ def file(item: store_pb2.File) -> dict[str, Any]:
         # Uploads are stored as they arrive; parsing happens when a file joins a vector store.
         "status": "processed",
         "status_details": None,
-        "expires_at": None,
+        "expires_at": item.expires_at or None,
     }
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 
 from services.gateway.operations import Endpoint, Operation, operation, operation_of
+from services.gateway.requests import json_schema, schema_name
 from services.gateway.schemas import SCHEMAS, Schema, ref
 from services.gateway.schemas_chat import CHAT_SCHEMAS
 
@@ -64,13 +66,35 @@ def _operation(path: str, method: str, endpoint: Endpoint) -> Schema:
         described["parameters"] = parameters
     content: Schema = {}
     if spec.body:
-        content.update(_content(spec.body))
+        content.update(_content(_body_name(spec.body)))
     for form in (spec.form, spec.also_form):
         if form:
-            content["multipart/form-data"] = {"schema": ref(form)}
+            content["multipart/form-data"] = {"schema": ref(_body_name(form))}
     if content:
         described["requestBody"] = {"required": spec.body_required, "content": content}
     return described
+
+
+def _body_name(body: str | type[BaseModel]) -> str:
+    """A body's component: a schemas.py name, or a request model's (requests.py) name."""
+    return body if isinstance(body, str) else schema_name(body)
+
+
+def _request_models(routes: Sequence[BaseRoute]) -> dict[str, Schema]:
+    """The JSON Schemas of the request models the routes read, and what they refer to."""
+    found: dict[str, Schema] = {}
+    for route in routes:
+        spec = operation_of(route.endpoint) if isinstance(route, Route) else None
+        models = [] if spec is None else [spec.body, spec.form, spec.also_form]
+        for model in models:
+            if not isinstance(model, type):
+                continue
+            schema, parts = json_schema(model)
+            for name, part in {schema_name(model): schema, **parts}.items():
+                if name in SCHEMAS or name in CHAT_SCHEMAS or found.get(name, part) != part:
+                    raise ValueError(f"two schemas are called {name}")
+                found[name] = part
+    return found
 
 
 def _link(operations: Sequence[tuple[str, Schema]], returns: dict[str, str]) -> Schema:
@@ -114,7 +138,7 @@ def build_spec(routes: Sequence[BaseRoute]) -> Schema:
             "keys are configured, /v1 and /admin routes need 'Authorization: Bearer <key>'.",
         },
         "components": {
-            "schemas": {**SCHEMAS, **CHAT_SCHEMAS},
+            "schemas": {**SCHEMAS, **CHAT_SCHEMAS, **_request_models(routes)},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

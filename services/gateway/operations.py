@@ -27,11 +27,11 @@ class Operation:
     # also be a request model (requests.py), whose JSON Schema the document embeds.
     response: str | None = None
     body: Any = None
-    form: str | None = None
+    form: Any = None
     body_required: bool = True
     query: Sequence[Schema] = field(default_factory=list)
     # Extra media types of a JSON body route that also takes multipart.
-    also_form: str | None = None
+    also_form: Any = None
     # Path parameters the response gives values for (a JSON pointer into its body), so the
     # description links this operation to the ones that take them (stateful clients follow).
     returns: dict[str, str] = field(default_factory=dict)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from starlette.requests import Request
 
 from services.common import json_text
 from services.common.vocabulary import (
-    MAX_ATTRIBUTE_CHARS,
-    MAX_ATTRIBUTES,
     MAX_KEY_CHARS,
     MAX_METADATA,
     MAX_METADATA_CHARS,
@@ -163,35 +160,6 @@ def metadata(body: dict[str, Any], name: str = "metadata") -> dict[str, str]:
             raise invalid(f"'{name}.{key}' must be a string", param=name, code="invalid_type")
         check_text(item, f"{name}.{key}", MAX_METADATA_CHARS)
     return dict(value)
-
-
-def attribute(item: Any, name: str, *, param: str | None = None) -> str | float | bool:
-    """One attribute or filter value: a string, a number a float can hold, or a boolean."""
-    param = param or name.split(".")[0]
-    if isinstance(item, str):
-        return check_text(item, name, MAX_ATTRIBUTE_CHARS, param=param)
-    if isinstance(item, bool):
-        return item
-    if isinstance(item, int | float):
-        try:
-            number = float(item)
-        except OverflowError:
-            number = math.inf
-        if not math.isfinite(number):
-            raise invalid(f"'{name}' must be a finite number", param=param)
-        return item
-    raise invalid(f"'{name}' must be a string, number or boolean", param=param, code="invalid_type")
-
-
-def attributes(body: dict[str, Any], name: str = "attributes") -> dict[str, str | float | bool]:
-    """OpenAI attributes: at most 16 keys; values strings (<= 512 chars), numbers or booleans."""
-    value = optional_object(body, name) or {}
-    if len(value) > MAX_ATTRIBUTES:
-        raise invalid(f"'{name}' can have at most {MAX_ATTRIBUTES} keys", param=name)
-    return {
-        check_text(key, f"{name} key", MAX_KEY_CHARS): attribute(item, f"{name}.{key}")
-        for key, item in value.items()
-    }
 
 
 def query_int(request: Request, name: str, default: int, minimum: int, maximum: int) -> int:

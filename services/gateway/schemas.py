@@ -61,13 +61,7 @@ ATTRIBUTE = {
         {"type": "boolean"},
     ]
 }
-ATTRIBUTES = {
-    "type": "object",
-    "maxProperties": v.MAX_ATTRIBUTES,
-    "propertyNames": {"maxLength": v.MAX_KEY_CHARS},
-    "additionalProperties": ATTRIBUTE,
-}
-_EMBEDDING_MODEL = {
+EMBEDDING_MODEL = {
     "description": "ragd extension: the model to index with, by name or as the vector store "
     "shows it; one the server serves (GET /v1/models), else a 400",
     "oneOf": [
@@ -181,25 +175,6 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     # Embeddings and models
-    "EmbeddingRequest": obj(
-        ["input"],
-        input={
-            "oneOf": [
-                {"type": "string", "minLength": 1},
-                {
-                    "type": "array",
-                    "items": {"type": "string", "minLength": 1},
-                    "minItems": 1,
-                    "maxItems": v.MAX_EMBED_INPUTS,
-                },
-            ]
-        },
-        model=STRING,
-        encoding_format={"enum": ["float", "base64"]},
-        dimensions=INT,
-        truncate={"description": "ragd extension: embed the first tokens of over-long inputs"}
-        | BOOL,
-    ),
     "Embedding": obj(
         ["object", "index", "embedding"],
         object={"const": "embedding"},
@@ -228,11 +203,6 @@ SCHEMAS: dict[str, Schema] = {
         ["object", "data"], object={"const": "list"}, data={"type": "array", "items": ref("Model")}
     ),
     # Files
-    "FileUpload": obj(
-        ["file", "purpose"],
-        file={"type": "string", "format": "binary"},
-        purpose={"enum": list(v.FILE_PURPOSES)},
-    ),
     "File": obj(
         ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
         id=STRING,
@@ -243,37 +213,14 @@ SCHEMAS: dict[str, Schema] = {
         purpose=STRING,
         status=STRING,
         status_details={"type": "null"},
-        expires_at={"type": "null"},
+        expires_at=nullable(INT),
     ),
     "FileList": list_of("File"),
     "Deleted": obj(["id", "object", "deleted"], id=STRING, object=STRING, deleted=BOOL),
     # Vector stores
-    "ChunkingStrategy": {
-        "oneOf": [
-            obj(["type"], type={"const": v.AUTO}),
-            obj(["type", "static"], type={"const": v.STATIC}, static=_STATIC_CHUNKING),
-        ]
-    },
     "FileCounts": obj(
         [*v.FILE_STATUSES, "total"],
         **{status: COUNT for status in (*v.FILE_STATUSES, "total")},
-    ),
-    "VectorStoreCreate": obj(
-        name={"type": "string", "maxLength": v.MAX_NAME_CHARS},
-        metadata=METADATA,
-        file_ids={"type": "array", "items": STRING},
-        chunking_strategy=ref("ChunkingStrategy"),
-        expires_after=_EXPIRES_AFTER,
-        embedding_model=_EMBEDDING_MODEL,
-    ),
-    "VectorStoreReindex": obj(
-        ["embedding_model"],
-        embedding_model=_EMBEDDING_MODEL,
-        chunking_strategy={
-            "description": "every file's new chunking; absent: each file's own, shortened to "
-            "the new model's context"
-        }
-        | ref("ChunkingStrategy"),
     ),
     "Reindex": obj(
         ["status", "from_embedding_model", "embedding_model", "created_at", "file_counts"],
@@ -284,11 +231,6 @@ SCHEMAS: dict[str, Schema] = {
         finished_at=nullable(INT),
         file_counts=ref("FileCounts"),
         last_error=nullable(STRING),
-    ),
-    "VectorStoreUpdate": obj(
-        name=nullable({"type": "string", "maxLength": v.MAX_NAME_CHARS}),
-        metadata=nullable(METADATA),
-        expires_after=nullable(_EXPIRES_AFTER),
     ),
     "VectorStore": obj(
         ["id", "object", "created_at", "name", "usage_bytes", "file_counts", "status"],
@@ -303,6 +245,8 @@ SCHEMAS: dict[str, Schema] = {
         metadata={"type": "object", "additionalProperties": STRING},
         expires_after=nullable(_EXPIRES_AFTER),
         expires_at=nullable(INT),
+        description={"description": "as created or updated (OpenAI's object has none yet)"}
+        | nullable(STRING),
         embedding_model={"description": "ragd extension: the model it is indexed with"}
         | obj(["name", "dimensions"], name=STRING, dimensions=INT),
         chunk_count={"description": "ragd extension: searchable chunks"} | COUNT,
@@ -320,26 +264,6 @@ SCHEMAS: dict[str, Schema] = {
         | COUNT,
     ),
     "VectorStoreList": list_of("VectorStore"),
-    "VectorStoreFileCreate": {
-        "description": "OpenAI's {file_id, attributes, chunking_strategy}; or, as a ragd "
-        "extension, {text, filename, attributes, chunking_strategy} or a multipart 'file' "
-        "(attributes and chunking_strategy as JSON strings).",
-        "anyOf": [{"required": ["file_id"]}, {"required": ["text"]}],
-    }
-    | obj(
-        file_id={"type": "string", "minLength": 1},
-        attributes=ATTRIBUTES,
-        chunking_strategy=ref("ChunkingStrategy"),
-        text=STRING,
-        filename={"type": "string", "maxLength": v.MAX_FILENAME_CHARS},
-    ),
-    "VectorStoreFileUpload": obj(
-        ["file"],
-        file={"type": "string", "format": "binary"},
-        attributes={"description": "JSON object"} | STRING,
-        chunking_strategy={"description": "JSON object"} | STRING,
-    ),
-    "VectorStoreFileUpdate": obj(["attributes"], attributes=ATTRIBUTES),
     "VectorStoreFile": obj(
         ["id", "object", "usage_bytes", "created_at", "vector_store_id", "status", "last_error"],
         id=STRING,
@@ -375,23 +299,6 @@ SCHEMAS: dict[str, Schema] = {
         has_more=BOOL,
         next_page={"type": "null"},
     ),
-    "FileBatchCreate": {"oneOf": [{"required": ["file_ids"]}, {"required": ["files"]}]}
-    | obj(
-        file_ids={"type": "array", "items": STRING, "minItems": 1, "maxItems": v.MAX_BATCH_FILES},
-        files={
-            "type": "array",
-            "minItems": 1,
-            "maxItems": v.MAX_BATCH_FILES,
-            "items": obj(
-                ["file_id"],
-                file_id=STRING,
-                attributes=ATTRIBUTES,
-                chunking_strategy=ref("ChunkingStrategy"),
-            ),
-        },
-        attributes=ATTRIBUTES,
-        chunking_strategy=ref("ChunkingStrategy"),
-    ),
     "FileBatch": obj(
         ["id", "object", "created_at", "vector_store_id", "status", "file_counts"],
         id=STRING,
@@ -423,31 +330,6 @@ SCHEMAS: dict[str, Schema] = {
             ),
         ],
     },
-    "SearchRequest": obj(
-        ["query"],
-        query={
-            "oneOf": [
-                QUERY,
-                {"type": "array", "minItems": 1, "maxItems": v.MAX_SEARCH_QUERIES, "items": QUERY},
-            ]
-        },
-        max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},
-        filters=ref("Filter"),
-        ranking_options=RANKING_OPTIONS,
-        rewrite_query=BOOL,
-        mode={
-            "description": "ragd extension: vector (embedding KNN), lexical (bm25 over the "
-            "chunk text, no embedder needed) or hybrid (both rankings fused, the default)",
-            "enum": list(v.SEARCH_MODES),
-            "default": v.DEFAULT_SEARCH_MODE,
-        },
-        exact={
-            "description": "ragd extension: rank by an exhaustive scan instead of the coarse "
-            "index large vector stores use (exact, slower); filters are exact either way",
-            "type": "boolean",
-            "default": False,
-        },
-    ),
     "SearchResult": obj(
         ["file_id", "filename", "score", "attributes", "content"],
         file_id=STRING,

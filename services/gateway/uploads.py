@@ -10,7 +10,7 @@ from starlette.requests import Request
 
 from services.common.vocabulary import MAX_FILENAME_CHARS
 from services.gateway.errors import TooLarge, invalid
-from services.gateway.params import check_text, decode_json, optional_str
+from services.gateway.params import check_text, decode_json
 
 
 @dataclass(frozen=True)
@@ -49,18 +49,12 @@ async def read_upload(request: Request, limit: int) -> Upload:
     return Upload(filename, content, fields)
 
 
-def text_upload(body: dict[str, Any], limit: int) -> Upload:
+def text_upload(text: str, filename: str, limit: int) -> Upload:
     """The JSON extension: {"text": ..., "filename": ...} stands for an uploaded text file."""
-    text = body.get("text")
-    if not isinstance(text, str):
-        raise invalid(
-            "send {'file_id': ...}, a multipart 'file', or JSON with a 'text' string", param="text"
-        )
     content = text.encode("utf-8", errors="surrogatepass")
     if len(content) > limit:
         raise too_large(limit)
-    filename = optional_str(body, "filename", "text.txt", MAX_FILENAME_CHARS) or "text.txt"
-    return Upload(filename, content, body)
+    return Upload(filename or "text.txt", content, {})
 
 
 def form_json(fields: dict[str, Any], name: str) -> Any:

@@ -6,6 +6,7 @@ import hashlib
 import secrets
 from typing import Any
 
+from services.common.vocabulary import MAX_FILE_EXPIRES_SECONDS, MIN_FILE_EXPIRES_SECONDS
 from services.store import access, vector_store_files
 from services.store.db import atomic
 from services.store.errors import FileNotFound, InvalidArgument
@@ -15,11 +16,11 @@ from services.store.sql import Connection
 
 ID_PREFIX = "file-"
 
-_COLUMNS = "id, filename, bytes, created_at, purpose, sha256"
+_COLUMNS = "id, filename, bytes, created_at, purpose, sha256, expires_at"
 
 
 def _to_file(row: tuple[Any, ...]) -> File:
-    file_id, filename, size, created_at, purpose, sha256 = row
+    file_id, filename, size, created_at, purpose, sha256, expires_at = row
     return File(
         id=file_id,
         filename=filename,
@@ -27,6 +28,7 @@ def _to_file(row: tuple[Any, ...]) -> File:
         created_at=created_at,
         purpose=purpose,
         sha256=sha256,
+        expires_at=expires_at,
     )
 
 
@@ -37,12 +39,23 @@ def lookup(conn: Connection, file_id: str) -> File:
     return _to_file(row)
 
 
-def new_record(*, filename: str, purpose: str, content: bytes, now: int) -> File:
-    """A file not yet written, with a fresh id; raises InvalidArgument for missing fields."""
+def new_record(
+    *, filename: str, purpose: str, content: bytes, now: int, expires_after_seconds: int = 0
+) -> File:
+    """A file not yet written, with a fresh id, expiring `expires_after_seconds` after `now`
+    (0: never); raises InvalidArgument for missing or out-of-range fields."""
     if not filename:
         raise InvalidArgument("filename is required")
     if not purpose:
         raise InvalidArgument("purpose is required, e.g. 'assistants'")
+    if expires_after_seconds and not (
+        MIN_FILE_EXPIRES_SECONDS <= expires_after_seconds <= MAX_FILE_EXPIRES_SECONDS
+    ):
+        raise InvalidArgument(
+            f"expires_after.seconds must be {MIN_FILE_EXPIRES_SECONDS}.."
+            f"{MAX_FILE_EXPIRES_SECONDS}, "
+            f"got {expires_after_seconds}"
+        )
     return File(
         id=ID_PREFIX + secrets.token_hex(12),
         filename=filename,
@@ -50,6 +63,7 @@ def new_record(*, filename: str, purpose: str, content: bytes, now: int) -> File
         created_at=now,
         purpose=purpose,
         sha256=hashlib.sha256(content).hexdigest(),
+        expires_at=now + expires_after_seconds if expires_after_seconds else 0,
     )
 
 
@@ -58,9 +72,9 @@ def insert(conn: Connection, file: File, content: bytes, *, project: int, create
     `created_by`."""
     conn.execute(
         "INSERT INTO files (id, filename, bytes, created_at, purpose, sha256, project_id,"
-        " created_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        " created_by, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (file.id, file.filename, file.bytes, file.created_at, file.purpose, file.sha256,
-         project, created_by),
+         project, created_by, file.expires_at),
     )  # fmt: skip
     conn.execute("INSERT INTO file_contents (file_id, content) VALUES (?, ?)", (file.id, content))
 
@@ -73,8 +87,15 @@ def create(
     content: bytes,
     now: int,
     caller: Access = EVERYTHING,
+    expires_after_seconds: int = 0,
 ) -> File:
-    file = new_record(filename=filename, purpose=purpose, content=content, now=now)
+    file = new_record(
+        filename=filename,
+        purpose=purpose,
+        content=content,
+        now=now,
+        expires_after_seconds=expires_after_seconds,
+    )
     with atomic(conn):
         project, created_by = access.owner(conn, caller)
         insert(conn, file, content, project=project, created_by=created_by)
@@ -137,6 +158,11 @@ def delete(conn: Connection, file_id: str, now: int) -> None:
     """Removes the file from every vector store (chunks, vectors, jobs), then the file itself."""
     with atomic(conn):
         lookup(conn, file_id)
-        vector_store_files.remove_everywhere(conn, file_id, now)
-        conn.execute("DELETE FROM file_contents WHERE file_id = ?", (file_id,))
-        conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
+        remove(conn, file_id, now)
+
+
+def remove(conn: Connection, file_id: str, now: int) -> None:
+    """delete() inside the caller's transaction (the retention sweep's too)."""
+    vector_store_files.remove_everywhere(conn, file_id, now)
+    conn.execute("DELETE FROM file_contents WHERE file_id = ?", (file_id,))
+    conn.execute("DELETE FROM files WHERE id = ?", (file_id,))

@@ -500,6 +500,15 @@ ALTER TABLE fulltext_indexes RENAME COLUMN collection_id TO vector_store_id;
 """
 
 
+# OpenAI fields that were ignored: a vector store's description, and a file's expiry
+# (expires_after on upload; 0 keeps it until deleted). The sweep finds files due by the index.
+_V16_DESCRIPTION_AND_FILE_EXPIRY = """
+ALTER TABLE vector_stores ADD COLUMN description TEXT NOT NULL DEFAULT '';
+ALTER TABLE files ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX files_expiry ON files (expires_at) WHERE expires_at > 0;
+"""
+
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -516,6 +525,7 @@ MIGRATIONS: list[Migration] = [
     _script(_V13_BACKGROUND_RESPONSES),
     _v14_fulltext_outside,
     _script(_V15_VECTOR_STORES),
+    _script(_V16_DESCRIPTION_AND_FILE_EXPIRY),
 ]
 
 

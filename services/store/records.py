@@ -64,6 +64,8 @@ class VectorStore:
     in_memory: bool = False
     # The latest re-index (reindex.py), if any.
     reindex: Reindex | None = None
+    # OpenAI's description of the store's purpose ("" when none was given).
+    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ class File:
     purpose: str
     # Hex SHA-256 of the content; empty for files written by AddChunks, which have none.
     sha256: str
+    # Unix seconds when the retention sweep deletes it (OpenAI's expires_after); 0: never.
+    expires_at: int = 0
 
 
 @dataclass(frozen=True)

@@ -283,6 +283,7 @@ class Repository:
         expires_days: int = 0,
         max_input_tokens: int = 0,
         caller: Access = EVERYTHING,
+        description: str = "",
     ) -> VectorStore:
         return vector_stores.create(
             self._conn(),
@@ -295,6 +296,7 @@ class Repository:
             expires_days=expires_days,
             max_input_tokens=max_input_tokens,
             caller=caller,
+            description=description,
         )
 
     def update_vector_store(
@@ -303,10 +305,16 @@ class Repository:
         name: str | None = None,
         metadata: Mapping[str, str] | None = None,
         expires: tuple[str, int] | None = None,
+        description: str | None = None,
     ) -> VectorStore:
         """Changes the fields given; `expires` is (anchor, days), ("", 0) for never."""
         return vector_stores.update(
-            self._conn(), vector_store_id, name=name, metadata=metadata, expires=expires
+            self._conn(),
+            vector_store_id,
+            name=name,
+            metadata=metadata,
+            expires=expires,
+            description=description,
         )
 
     def get_vector_store(self, vector_store_id: str) -> VectorStore:
@@ -417,7 +425,12 @@ class Repository:
     # Files
 
     def create_file(
-        self, filename: str, purpose: str, content: bytes, caller: Access = EVERYTHING
+        self,
+        filename: str,
+        purpose: str,
+        content: bytes,
+        caller: Access = EVERYTHING,
+        expires_after_seconds: int = 0,
     ) -> File:
         return files.create(
             self._conn(),
@@ -426,6 +439,7 @@ class Repository:
             content=content,
             now=self._now(),
             caller=caller,
+            expires_after_seconds=expires_after_seconds,
         )
 
     def get_file(self, file_id: str) -> File:

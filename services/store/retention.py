@@ -8,6 +8,10 @@ way (conversations.remove, responses.remove): items with their full-text rows (t
 vectors (cascade); a response's items held by a conversation stay with the conversation.
 Each deletion is recorded in the audit log (operation "expire", naming the object and the
 setting) in the same transaction, so the log never misses one and never names one kept.
+
+Files uploaded with OpenAI's expires_after go the same way once their expires_at passes,
+whatever the settings: as a DELETE /v1/files/{id} would (files.remove), out of every vector
+store with their chunks, vectors and full text.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-from services.store import audit, conversations, responses
+from services.store import audit, conversations, files, responses
 from services.store.db import atomic
 from services.store.records import AuditEntry
 from services.store.sql import Connection
@@ -49,11 +53,12 @@ class RetentionSettings:
 class Swept:
     conversations: int = 0
     responses: int = 0
+    files: int = 0
 
     @property
     def full(self) -> bool:
         """A whole batch went: more may be due right away."""
-        return max(self.conversations, self.responses) >= BATCH
+        return max(self.conversations, self.responses, self.files) >= BATCH
 
 
 def _iso(seconds: float) -> str:
@@ -61,8 +66,8 @@ def _iso(seconds: float) -> str:
 
 
 def sweep(conn: Connection, settings: RetentionSettings, *, now: float) -> Swept:
-    """Deletes up to BATCH expired conversations and BATCH expired responses, each kind in
-    one transaction with its audit entries."""
+    """Deletes up to BATCH expired conversations, responses and files, each kind in one
+    transaction with its audit entries."""
     deleted_conversations = deleted_responses = 0
     if settings.conversations_days > 0:
         cutoff = now - settings.conversations_days * DAY_SECONDS
@@ -118,4 +123,36 @@ def sweep(conn: Connection, settings: RetentionSettings, *, now: float) -> Swept
                 )
             audit.insert(conn, entries)
             deleted_responses = len(expired)
-    return Swept(conversations=deleted_conversations, responses=deleted_responses)
+    return Swept(
+        conversations=deleted_conversations,
+        responses=deleted_responses,
+        files=_sweep_files(conn, now),
+    )
+
+
+def _sweep_files(conn: Connection, now: float) -> int:
+    """Deletes up to BATCH files whose expires_at has passed; how many."""
+    with atomic(conn):
+        expired = cast(
+            list[tuple[str, str, int, str]],
+            conn.execute(
+                "SELECT f.id, f.filename, f.expires_at, p.public_id FROM files AS f"
+                " JOIN projects AS p ON p.id = f.project_id"
+                " WHERE f.expires_at > 0 AND f.expires_at <= ? ORDER BY f.expires_at LIMIT ?",
+                (now, BATCH),
+            ).fetchall(),
+        )
+        entries = []
+        for file_id, filename, expires_at, project in expired:
+            files.remove(conn, file_id, int(now))
+            entries.append(
+                AuditEntry(
+                    at=now,
+                    operation=EXPIRE,
+                    detail=f"file {file_id} ({filename}, expires_at {_iso(expires_at)}): "
+                    "its expires_after",
+                    project=project,
+                )
+            )
+        audit.insert(conn, entries)
+    return len(expired)

@@ -106,7 +106,10 @@ def finish(conn: Connection, found: Active, status: str, now: int, error: str) -
     vector_stores.drop(conn, found.shadow)
 
 
-_IDENTITY = "public_id, name, metadata, created_at, last_active_at, expires_anchor, expires_days"
+_IDENTITY = (
+    "public_id, name, metadata, created_at, last_active_at, expires_anchor, expires_days,"
+    " description"
+)
 
 
 def _switch(conn: Connection, found: Active, original: int, now: int) -> None:
@@ -134,8 +137,8 @@ def _switch(conn: Connection, found: Active, original: int, now: int) -> None:
     )
     conn.execute(
         "UPDATE vector_stores SET public_id = ?, name = ?, metadata = ?, created_at = ?,"
-        " last_active_at = ?, expires_anchor = ?, expires_days = ?, shadow_of = NULL,"
-        " file_count = ? WHERE id = ?",
+        " last_active_at = ?, expires_anchor = ?, expires_days = ?, description = ?,"
+        " shadow_of = NULL, file_count = ? WHERE id = ?",
         (*identity, final.total, shadow),
     )
     conn.execute(

@@ -42,7 +42,7 @@ _COLUMNS = (
     )
     # Counted off a partial index: free when nothing is pending.
     + ", (SELECT count(*) FROM vector_store_files AS cf"
-    " WHERE cf.vector_store_id = vector_stores.id AND cf.vectors_pending = 1)"
+    " WHERE cf.vector_store_id = vector_stores.id AND cf.vectors_pending = 1), description"
 )
 
 
@@ -65,7 +65,7 @@ def check_expiry(anchor: str, days: int) -> None:
 def _to_vector_store(row: tuple[Any, ...]) -> tuple[int, VectorStore]:
     (key, public_id, name, created, active, metadata, model, dims, chunks, files, usage,
      anchor, days, index, context, in_progress, completed, failed, cancelled,
-     pending) = row  # fmt: skip
+     pending, description) = row  # fmt: skip
     vector_store = VectorStore(
         id=public_id,
         name=name,
@@ -83,6 +83,7 @@ def _to_vector_store(row: tuple[Any, ...]) -> tuple[int, VectorStore]:
         expires_at=expires_at(active, anchor, days),
         vector_index=index,
         max_input_tokens=context,
+        description=description,
     )
     return key, vector_store
 
@@ -141,13 +142,14 @@ def insert(
     max_input_tokens: int = 0,
     shadow_of: int | None = None,
     project: int = 1,
+    description: str = "",
 ) -> int:
     """The vector_store's row and its vector tables, inside the caller's transaction; returns
     its key. A re-index's hidden vector store names the one it will replace in `shadow_of`."""
     key: int = conn.execute(
         "INSERT INTO vector_stores (public_id, name, metadata, model, dimensions, created_at,"
-        " last_active_at, expires_anchor, expires_days, max_input_tokens, shadow_of, project_id)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        " last_active_at, expires_anchor, expires_days, max_input_tokens, shadow_of, project_id,"
+        " description) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             public_id,
             name,
@@ -160,6 +162,7 @@ def insert(
             max(0, max_input_tokens),
             shadow_of,
             project,
+            description,
         ),
     ).get
     indexes = engine.of(conn)
@@ -180,6 +183,7 @@ def create(
     expires_days: int = 0,
     max_input_tokens: int = 0,
     caller: Access = EVERYTHING,
+    description: str = "",
 ) -> VectorStore:
     check_expiry(expires_anchor, expires_days)
     if not model:
@@ -199,6 +203,7 @@ def create(
             metadata=metadata,
             expires=(expires_anchor, expires_days),
             max_input_tokens=max_input_tokens,
+            description=description,
         )
     return VectorStore(
         id=public_id,
@@ -215,6 +220,7 @@ def create(
         expires_days=expires_days,
         expires_at=expires_at(now, expires_anchor, expires_days),
         max_input_tokens=max(0, max_input_tokens),
+        description=description,
     )
 
 
@@ -225,6 +231,7 @@ def update(
     name: str | None = None,
     metadata: Mapping[str, str] | None = None,
     expires: tuple[str, int] | None = None,
+    description: str | None = None,
 ) -> VectorStore:
     """Changes the fields given (None leaves a field as it is); `expires` is (anchor, days)."""
     if expires is not None:
@@ -242,6 +249,10 @@ def update(
             conn.execute(
                 "UPDATE vector_stores SET expires_anchor = ?, expires_days = ? WHERE id = ?",
                 (*expires, key),
+            )
+        if description is not None:
+            conn.execute(
+                "UPDATE vector_stores SET description = ? WHERE id = ?", (description, key)
             )
         return lookup_key(conn, key)
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -18,42 +19,67 @@ from services.gateway.clients import EmbedderClient
 from services.gateway.errors import InvalidRequest, NotFound, invalid
 from services.gateway.models import embeddings_model
 from services.gateway.operations import operation
-from services.gateway.params import extensions, json_body, optional_str
+from services.gateway.params import extensions, json_body
+from services.gateway.requests import RequestModel, Text, fail, parse
 from services.gateway.routes import services
 
 _STARTED = int(time.time())
 
 
-def _inputs(body: dict[str, Any]) -> list[str]:
-    raw = body.get("input")
-    if raw is None:
-        raise invalid("'input' is required", param="input", code="missing_required_parameter")
-    items = [raw] if isinstance(raw, str) else raw
+def _listed(value: Any) -> Any:
+    """One input is a list of one; token ids are refused by name."""
+    items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
-        raise invalid(
-            "'input' must be a string or an array of strings", param="input", code="invalid_type"
-        )
-    if not items:
-        raise invalid("'input' must not be an empty array", param="input")
-    if len(items) > MAX_EMBED_INPUTS:
-        raise invalid(
-            f"'input' can have at most {MAX_EMBED_INPUTS} items, got {len(items)}", param="input"
-        )
-    for index, item in enumerate(items):
+        raise fail("invalid_type", "'input' must be a string or an array of strings")
+    for item in items:
         if isinstance(item, int | list) and not isinstance(item, bool):
-            raise invalid(
+            raise fail(
+                "unsupported_input",
                 "token-id inputs are not supported: this server's model has its own "
                 "tokenizer; send the text instead",
-                param="input",
-                code="unsupported_input",
-            )
-        if not isinstance(item, str):
-            raise invalid(f"'input[{index}]' must be a string", param="input", code="invalid_type")
-        if item == "":
-            raise invalid(
-                f"'input[{index}]' is an empty string; every input needs text", param="input"
             )
     return items
+
+
+def _no_empty(items: list[str]) -> list[str]:
+    for index, item in enumerate(items):
+        if not item:
+            raise fail(
+                "invalid_value", f"'input[{index}]' is an empty string; every input needs text"
+            )
+    return items
+
+
+_TEXT = {"type": "string", "minLength": 1}
+
+
+class EmbeddingRequest(RequestModel):
+    input: Annotated[
+        list[str],
+        BeforeValidator(_listed),
+        Field(min_length=1, max_length=MAX_EMBED_INPUTS),
+        AfterValidator(_no_empty),
+        WithJsonSchema(
+            {
+                "oneOf": [
+                    _TEXT,
+                    {
+                        "type": "array",
+                        "items": _TEXT,
+                        "minItems": 1,
+                        "maxItems": MAX_EMBED_INPUTS,
+                    },
+                ]
+            }
+        ),
+    ]
+    model: Text | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    # Checked against the model's own (it is not shortened).
+    dimensions: int | None = None
+    truncate: Annotated[
+        bool, Field(description="ragd extension: embed the first tokens of over-long inputs")
+    ] = False
 
 
 # 2048 inputs of a few KiB each, JSON-escaped.
@@ -79,16 +105,16 @@ async def _check_total_tokens(
         )
 
 
-@operation("Create embeddings", "EmbeddingList", "EmbeddingRequest")
+@operation("Create embeddings", "EmbeddingList", EmbeddingRequest)
 async def embeddings(request: Request) -> JSONResponse:
     deps = services(request)
-    body = extensions(await json_body(request, limit=MAX_BODY_BYTES), "truncate")
-    texts = _inputs(body)
-    encoding = optional_str(body, "encoding_format", "float")
-    if encoding not in ("float", "base64"):
-        raise invalid("'encoding_format' must be 'float' or 'base64'", param="encoding_format")
-    embedder, info = await embeddings_model(optional_str(body, "model"), deps.embedders)
-    dimensions = body.get("dimensions")
+    asked = parse(
+        EmbeddingRequest,
+        extensions(await json_body(request, limit=MAX_BODY_BYTES), "truncate"),
+    )
+    texts, encoding, truncate = asked.input, asked.encoding_format, asked.truncate
+    embedder, info = await embeddings_model(asked.model, deps.embedders)
+    dimensions = asked.dimensions
     if dimensions is not None and dimensions != info.dimensions:
         raise invalid(
             f"'dimensions' must be {info.dimensions} for {info.name}: the model was not trained "
@@ -96,11 +122,6 @@ async def embeddings(request: Request) -> JSONResponse:
             param="dimensions",
         )
     # Extension: over-long inputs are a 400 like OpenAI's unless the client allows truncation.
-    truncate = body.get("truncate")
-    if truncate is None:
-        truncate = False
-    if not isinstance(truncate, bool):
-        raise invalid("'truncate' must be true or false", param="truncate", code="invalid_type")
     await _check_total_tokens(embedder, texts, info, truncate)
     try:
         result = await embedder.embed(texts, truncate=truncate)

@@ -2,39 +2,64 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, WithJsonSchema
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from services.common.vocabulary import FILE_PURPOSES
+from services.common import vocabulary as v
 from services.gateway import objects
 from services.gateway.auth import charge
-from services.gateway.errors import invalid
 from services.gateway.operations import operation, paging_params, query_param
 from services.gateway.params import paging
+from services.gateway.requests import RequestModel, parse
 from services.gateway.routes import services
-from services.gateway.uploads import read_upload
+from services.gateway.uploads import Upload, form_json, read_upload
 from services.pb import store_pb2
 
+BINARY = {"type": "string", "format": "binary"}
 
-@operation("Upload a file", "File", form="FileUpload", returns={"file_id": "/id"})
+
+class FileExpiresAfterBody(RequestModel):
+    anchor: Literal["created_at"]
+    seconds: Annotated[int, Field(ge=v.MIN_FILE_EXPIRES_SECONDS, le=v.MAX_FILE_EXPIRES_SECONDS)]
+
+
+class FileUpload(RequestModel):
+    """The multipart form of an upload. The SDK sends expires_after as the fields
+    expires_after[anchor] and expires_after[seconds]; a JSON string of it is taken too."""
+
+    file: Annotated[Any, WithJsonSchema(BINARY)]
+    purpose: Literal[v.FILE_PURPOSES]  # type: ignore[valid-type]
+    expires_after: FileExpiresAfterBody | None = None
+
+
+def _form(upload: Upload) -> dict[str, Any]:
+    """The form's fields as FileUpload reads them."""
+    fields: dict[str, Any] = {**upload.fields, "file": upload.content}
+    expires = form_json(fields, "expires_after")
+    anchor, seconds = fields.get("expires_after[anchor]"), fields.get("expires_after[seconds]")
+    if expires is None and (anchor is not None or seconds is not None):
+        # A form carries the number as text.
+        if isinstance(seconds, str) and seconds.isdecimal() and len(seconds) < 16:
+            seconds = int(seconds)
+        expires = {"anchor": anchor, "seconds": seconds}
+    fields["expires_after"] = expires
+    return fields
+
+
+@operation("Upload a file", "File", form=FileUpload, returns={"file_id": "/id"})
 async def create_file(request: Request) -> JSONResponse:
     deps = services(request)
     upload = await read_upload(request, deps.config.max_upload_bytes)
-    purpose = upload.fields.get("purpose")
-    if not isinstance(purpose, str) or not purpose:
-        raise invalid(
-            "'purpose' is required, e.g. 'assistants'",
-            param="purpose",
-            code="missing_required_parameter",
-        )
-    if purpose not in FILE_PURPOSES:
-        raise invalid(
-            f"'purpose' must be one of {', '.join(FILE_PURPOSES)}, got {purpose!r}",
-            param="purpose",
-        )
+    asked = parse(FileUpload, _form(upload))
     created = await deps.store.CreateFile(
         store_pb2.CreateFileRequest(
-            filename=upload.filename, purpose=purpose, content=upload.content
+            filename=upload.filename,
+            purpose=asked.purpose,
+            content=upload.content,
+            expires_after_seconds=asked.expires_after.seconds if asked.expires_after else 0,
         ),
     )
     charge(request.scope, stored=len(upload.content))

@@ -10,15 +10,16 @@ from services.gateway import attach, objects
 from services.gateway.attributes import attributes_message
 from services.gateway.auth import charge, key_name
 from services.gateway.errors import invalid
+from services.gateway.file_bodies import (
+    VectorStoreFileCreate,
+    VectorStoreFileUpdate,
+    VectorStoreFileUpload,
+)
 from services.gateway.ingest import resolve_chunking
 from services.gateway.operations import operation, paging_params, query_param
-from services.gateway.params import (
-    MAX_JSON_BYTES,
-    attributes,
-    json_body,
-    paging,
-)
+from services.gateway.params import MAX_JSON_BYTES, json_body, paging
 from services.gateway.parsing import UnsupportedFile, check_supported
+from services.gateway.requests import parse
 from services.gateway.routes import poll_headers, services
 from services.gateway.uploads import Upload, form_json, read_upload, text_upload
 from services.pb import store_pb2
@@ -34,26 +35,33 @@ def _ref(request: Request) -> store_pb2.VectorStoreFileRef:
 @operation(
     "Attach a file (ingested asynchronously)",
     "VectorStoreFile",
-    "VectorStoreFileCreate",
-    also_form="VectorStoreFileUpload",
+    VectorStoreFileCreate,
+    also_form=VectorStoreFileUpload,
     returns={"vector_store_id": "/vector_store_id", "file_id": "/id"},
 )
 async def attach_file(request: Request) -> JSONResponse:
     """OpenAI's {"file_id": ...}, or (extension) a multipart file / JSON {"text", "filename"}."""
     deps = services(request)
     limit = deps.config.max_upload_bytes
+    asked: VectorStoreFileCreate | VectorStoreFileUpload
+    upload: Upload | None = None
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
-        upload: Upload | None = await read_upload(request, limit)
+        upload = await read_upload(request, limit)
+        fields = {
+            "file": upload.content,
+            "attributes": form_json(upload.fields, "attributes"),
+            "chunking_strategy": form_json(upload.fields, "chunking_strategy"),
+        }
+        asked = parse(VectorStoreFileUpload, fields)
     else:
         # The text extension carries the upload in the JSON body, escaped: room for twice it.
-        body = await json_body(request, limit=2 * limit + MAX_JSON_BYTES)
-        upload = None if "file_id" in body else text_upload(body, limit)
-    file_id, fields, content = "", body if upload is None else upload.fields, None
-    if upload is None:
-        file_id = body["file_id"]
-        if not isinstance(file_id, str) or not file_id:
-            raise invalid("'file_id' must be a file id", param="file_id")
-    else:
+        asked = parse(
+            VectorStoreFileCreate, await json_body(request, limit=2 * limit + MAX_JSON_BYTES)
+        )
+        if asked.file_id is None and asked.text is not None:
+            upload = text_upload(asked.text, asked.filename, limit)
+    content = None
+    if upload is not None:
         try:
             check_supported(upload.filename)
         except UnsupportedFile as error:
@@ -61,12 +69,12 @@ async def attach_file(request: Request) -> JSONResponse:
         content = attach.Upload(upload.filename, upload.content)
     item = attach.Attachment(
         strategy=resolve_chunking(
-            form_json(fields, "chunking_strategy"),
+            asked.chunking_strategy,
             await deps.attacher.model(request.path_params["vector_store_id"]),
         ),
-        file_id=file_id,
+        file_id=getattr(asked, "file_id", None) or "",
         upload=content,
-        attributes=attributes({"attributes": form_json(fields, "attributes")}),
+        attributes=asked.attributes,
     )
     attached = await deps.attacher.attach(
         request.path_params["vector_store_id"], item, key_name(request.scope)
@@ -103,17 +111,15 @@ async def get_file(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store_file(item), headers=poll_headers(request))
 
 
-@operation("Update a vector store file's attributes", "VectorStoreFile", "VectorStoreFileUpdate")
+@operation("Update a vector store file's attributes", "VectorStoreFile", VectorStoreFileUpdate)
 async def update_file(request: Request) -> JSONResponse:
-    body = await json_body(request)
-    if "attributes" not in body:
-        raise invalid("'attributes' is required", param="attributes")
+    asked = parse(VectorStoreFileUpdate, await json_body(request))
     ref = _ref(request)
     item = await services(request).store.UpdateVectorStoreFile(
         store_pb2.UpdateVectorStoreFileRequest(
             vector_store_id=ref.vector_store_id,
             file_id=ref.file_id,
-            attributes=attributes_message(attributes(body)),
+            attributes=attributes_message(asked.attributes),
         )
     )
     return JSONResponse(objects.vector_store_file(item))

@@ -5,77 +5,50 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from services.common import tracing
-from services.common.vocabulary import (
-    DEFAULT_SEARCH_MODE,
-    MAX_NAME_CHARS,
-    MAX_QUERY_CHARS,
-    MAX_SEARCH_QUERIES,
-    MAX_SEARCH_RESULTS,
-    SEARCH_MODES,
-)
 from services.gateway import metrics, objects
 from services.gateway.attach import Attachment
 from services.gateway.audit import AUDIT_INFO
 from services.gateway.auth import charge, key_name
-from services.gateway.errors import invalid
-from services.gateway.filters import parse_filter
 from services.gateway.ingest import resolve_chunking
 from services.gateway.models import new_store_model, store_model
 from services.gateway.operations import operation, paging_params
 from services.gateway.params import (
     extensions,
     json_body,
-    metadata,
-    optional_int,
-    optional_str,
     paging,
-    ranking_options,
 )
+from services.gateway.requests import parse
 from services.gateway.routes import services
-from services.gateway.search import EMBEDDER_UNAVAILABLE, Deadlines, Search, search
+from services.gateway.search import EMBEDDER_UNAVAILABLE, Deadlines, search
+from services.gateway.search_body import SearchRequest
+from services.gateway.vector_store_bodies import (
+    VectorStoreCreate,
+    VectorStoreReindex,
+    VectorStoreUpdate,
+)
 from services.pb import store_pb2
 
 DEGRADED_HEADER = "X-Ragd-Degraded"
 DEGRADED_REASON = EMBEDDER_UNAVAILABLE
 
 
-def _expires_after(body: dict[str, Any]) -> tuple[str, int] | None:
-    raw = body.get("expires_after")
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or raw.get("anchor") != "last_active_at":
-        raise invalid("'expires_after.anchor' must be 'last_active_at'", param="expires_after")
-    days = raw.get("days")
-    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 365:
-        raise invalid(
-            "'expires_after.days' must be an integer from 1 to 365", param="expires_after"
-        )
-    return "last_active_at", days
-
-
 @operation(
     "Create a vector store",
     "VectorStore",
-    "VectorStoreCreate",
+    VectorStoreCreate,
     returns={"vector_store_id": "/id"},
 )
 async def create_vector_store(request: Request) -> JSONResponse:
     deps = services(request)
-    body = extensions(await json_body(request), "embedding_model")
-    name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
-    meta = metadata(body)
-    expires = _expires_after(body)
-    file_ids = body.get("file_ids") or []
-    if not isinstance(file_ids, list) or not all(isinstance(f, str) for f in file_ids):
-        raise invalid("'file_ids' must be an array of file ids", param="file_ids")
-    _, model = await new_store_model(body.get("embedding_model"), deps.embedders)
-    chunking = resolve_chunking(body.get("chunking_strategy"), model)
+    asked = parse(VectorStoreCreate, extensions(await json_body(request), "embedding_model"))
+    file_ids = asked.file_ids
+    _, model = await new_store_model(asked.embedding_model, deps.embedders)
+    chunking = resolve_chunking(asked.chunking_strategy, model)
     # Every file must exist and be the caller's to attach before the store is made: a 404
     # for one of them leaves no empty store behind.
     await asyncio.gather(
@@ -83,13 +56,14 @@ async def create_vector_store(request: Request) -> JSONResponse:
     )
     vector_store = await deps.store.CreateVectorStore(
         store_pb2.CreateVectorStoreRequest(
-            name=name,
-            metadata=meta,
+            name=asked.name,
+            metadata=asked.metadata,
             model=model.name,
             dimensions=model.dimensions,
-            expires_anchor=expires[0] if expires else "",
-            expires_days=expires[1] if expires else 0,
+            expires_anchor=asked.expires_after.anchor if asked.expires_after else "",
+            expires_days=asked.expires_after.days if asked.expires_after else 0,
             max_input_tokens=model.max_input_tokens,
+            description=asked.description,
         )
     )
     if file_ids:
@@ -121,20 +95,23 @@ async def get_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.vector_store(vector_store))
 
 
-@operation("Modify a vector store", "VectorStore", "VectorStoreUpdate")
+@operation("Modify a vector store", "VectorStore", VectorStoreUpdate)
 async def update_vector_store(request: Request) -> JSONResponse:
-    body = await json_body(request)
-    update = store_pb2.UpdateVectorStoreRequest(id=request.path_params["vector_store_id"])
-    if "name" in body:
-        update.has_name = True
-        update.name = optional_str(body, "name", "", MAX_NAME_CHARS) or ""
-    if "metadata" in body:
-        update.has_metadata = True
-        update.metadata.update(metadata(body))
-    if "expires_after" in body:
-        expires = _expires_after(body)
-        update.has_expires = True
-        update.expires_anchor, update.expires_days = expires or ("", 0)
+    asked = parse(VectorStoreUpdate, await json_body(request))
+    sent = asked.model_fields_set
+    update = store_pb2.UpdateVectorStoreRequest(
+        id=request.path_params["vector_store_id"],
+        has_name="name" in sent,
+        name=asked.name or "",
+        has_description="description" in sent,
+        description=asked.description or "",
+        has_metadata="metadata" in sent,
+        metadata=asked.metadata or {},
+        has_expires="expires_after" in sent,
+    )
+    if asked.expires_after is not None:
+        update.expires_anchor = asked.expires_after.anchor
+        update.expires_days = asked.expires_after.days
     vector_store = await services(request).store.UpdateVectorStore(update)
     return JSONResponse(objects.vector_store(vector_store))
 
@@ -147,60 +124,12 @@ async def delete_vector_store(request: Request) -> JSONResponse:
     return JSONResponse(objects.deleted(reply.id, "vector_store.deleted", reply.deleted))
 
 
-def _queries(body: dict[str, Any]) -> list[str]:
-    raw = body.get("query")
-    queries = [raw] if isinstance(raw, str) else raw
-    if not isinstance(queries, list) or not queries:
-        raise invalid("'query' must be a non-empty string or array of strings", param="query")
-    if len(queries) > MAX_SEARCH_QUERIES:
-        raise invalid(
-            f"'query' can hold at most {MAX_SEARCH_QUERIES} queries, got {len(queries)}",
-            param="query",
-            code="too_many_queries",
-        )
-    if not all(isinstance(q, str) and q.strip() for q in queries):
-        raise invalid("every 'query' must be a non-empty string", param="query")
-    for index, query in enumerate(queries):
-        if len(query) > MAX_QUERY_CHARS:
-            raise invalid(
-                f"query {index} has {len(query)} characters; the limit is {MAX_QUERY_CHARS}",
-                param="query",
-                code="query_too_long",
-            )
-        try:
-            query.encode("utf-8")
-        except UnicodeEncodeError:
-            # JSON can carry lone surrogates ("\ud800"), which protobuf strings cannot.
-            raise invalid(
-                "'query' is not valid Unicode text (lone surrogate)", param="query"
-            ) from None
-    return queries
-
-
-def _search_request(vector_store_id: str, body: dict[str, Any]) -> Search:
-    queries = _queries(body)
-    mode = optional_str(body, "mode", DEFAULT_SEARCH_MODE) or DEFAULT_SEARCH_MODE
-    if mode not in SEARCH_MODES:
-        raise invalid(
-            f"'mode' must be one of {', '.join(SEARCH_MODES)}, got {mode!r}", param="mode"
-        )
-    k = optional_int(body, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
-    threshold, weight = ranking_options(body, "")
-    if not isinstance(body.get("rewrite_query", False), bool):
-        raise invalid("'rewrite_query' must be a boolean", param="rewrite_query")
-    exact = body.get("exact", False)
-    if not isinstance(exact, bool):
-        raise invalid("'exact' must be a boolean", param="exact")
-    filters = parse_filter(body["filters"]) if body.get("filters") is not None else None
-    return Search(vector_store_id, queries, k, mode, threshold, filters, exact, weight)
-
-
-@operation("Search a vector store", "SearchPage", "SearchRequest")
+@operation("Search a vector store", "SearchPage", SearchRequest)
 async def search_vector_store(request: Request) -> JSONResponse:
     started = time.perf_counter()
     deps = services(request)
     body = extensions(await json_body(request), "mode", "exact")
-    asked = _search_request(request.path_params["vector_store_id"], body)
+    asked = parse(SearchRequest, body).search(request.path_params["vector_store_id"])
     config = deps.config
     deadlines = Deadlines(embed=config.search_embed_timeout, store=config.search_store_timeout)
     found = await search(deps.embedders, deps.store, asked, deadlines)
@@ -238,20 +167,16 @@ async def search_vector_store(request: Request) -> JSONResponse:
 @operation(
     "Re-index a vector store with another model or chunking (ragd extension)",
     "VectorStore",
-    "VectorStoreReindex",
+    VectorStoreReindex,
 )
 async def reindex_vector_store(request: Request) -> JSONResponse:
     """Extension: re-indexes the store with `embedding_model` (and `chunking_strategy`, else
     each file's own, shortened to the model's context) while it keeps serving searches from
     its old index; progress on the store's `reindex`. 409 while one is in progress."""
     deps = services(request)
-    body = await json_body(request)
-    if body.get("embedding_model") is None:
-        raise invalid(
-            "'embedding_model' is required: the model to re-index with", param="embedding_model"
-        )
-    _, model = await new_store_model(body.get("embedding_model"), deps.embedders)
-    chunking = body.get("chunking_strategy")
+    asked = parse(VectorStoreReindex, await json_body(request))
+    _, model = await new_store_model(asked.embedding_model, deps.embedders)
+    chunking = asked.chunking_strategy
     message = store_pb2.StartReindexRequest(
         vector_store_id=request.path_params["vector_store_id"],
         model=store_model(model),

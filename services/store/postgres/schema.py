@@ -320,9 +320,27 @@ def _engine_ddl(name: str) -> list[str]:
     return ddl
 
 
+def _statements(sql: str) -> Migration:
+    def run(conn: PostgresConnection) -> None:
+        conn.execute(sql)
+
+    return run
+
+
+# SQLite's migration 16 (migrations.py says why).
+_V16_DESCRIPTION_AND_FILE_EXPIRY = """
+ALTER TABLE vector_stores ADD COLUMN description TEXT NOT NULL DEFAULT '';
+ALTER TABLE files ADD COLUMN expires_at BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX files_expiry ON files (expires_at) WHERE expires_at > 0;
+"""
+
+
 # Version -> the migration that makes it. The baseline makes BASELINE_VERSION at once; append
 # SQLite's later migrations here under their number.
-MIGRATIONS: dict[int, Migration] = {BASELINE_VERSION: _baseline}
+MIGRATIONS: dict[int, Migration] = {
+    BASELINE_VERSION: _baseline,
+    16: _statements(_V16_DESCRIPTION_AND_FILE_EXPIRY),
+}
 LATEST = max(MIGRATIONS)
 
 _VERSION_TABLE = "CREATE TABLE IF NOT EXISTS ragd_schema (version INTEGER NOT NULL)"

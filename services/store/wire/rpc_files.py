@@ -27,7 +27,11 @@ class FileRpcs(RpcBase):
         file = await self._call(
             context,
             lambda: self._repository.create_file(
-                request.filename, request.purpose, request.content, caller=who
+                request.filename,
+                request.purpose,
+                request.content,
+                caller=who,
+                expires_after_seconds=request.expires_after_seconds,
             ),
         )
         return file_message(file)

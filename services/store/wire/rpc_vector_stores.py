@@ -42,6 +42,7 @@ class VectorStoreRpcs(RpcBase):
                 expires_anchor=request.expires_anchor,
                 expires_days=request.expires_days,
                 max_input_tokens=request.max_input_tokens,
+                description=request.description,
             ),
         )
         return vector_store_message(vector_store)
@@ -66,6 +67,7 @@ class VectorStoreRpcs(RpcBase):
                 expires=(
                     (request.expires_anchor, request.expires_days) if request.has_expires else None
                 ),
+                description=request.description if request.has_description else None,
             ),
         )
         return vector_store_message(vector_store)

@@ -120,8 +120,8 @@ async def create_server(config: StoreConfig) -> tuple[grpc.aio.Server, int]:
         log.warning("%d background responses lost their gateway: ended as failed", expired)
     await set_serving(health, [SERVICE_NAME], True)
     background = [_build_indexes(server, repository, executor)]
-    if config.retention.enabled:
-        background.append(_sweep_expired(server, repository, executor))
+    # Always: files uploaded with expires_after expire whatever the chat-history settings.
+    background.append(_sweep_expired(server, repository, executor))
     if config.metrics_listen is not None:
         background.append(
             _refresh_metrics(watch(), server, repository, executor, config.metrics_refresh_seconds)
@@ -182,8 +182,9 @@ async def _build_indexes(
 async def _sweep_expired(
     server: grpc.aio.Server, repository: Repository, executor: ThreadPoolExecutor
 ) -> None:
-    """Deletes chat history past RAGD_*_TTL_DAYS (retention.py): a batch at a time, at once
-    again while batches come back full, else every sweep_seconds."""
+    """Deletes chat history past RAGD_*_TTL_DAYS and files past their expires_at
+    (retention.py): a batch at a time, at once again while batches come back full, else every
+    sweep_seconds."""
     loop = asyncio.get_running_loop()
     terminated = asyncio.ensure_future(server.wait_for_termination())
     pause = repository.retention.sweep_seconds
@@ -198,11 +199,13 @@ async def _sweep_expired(
                 log.exception("retention sweep failed; retrying later")
             else:
                 full = swept.full
-                if swept.conversations or swept.responses:
+                if swept.conversations or swept.responses or swept.files:
                     log.info(
-                        "retention: deleted %d conversations and %d responses past their time",
+                        "retention: deleted %d conversations, %d responses and %d files past"
+                        " their time",
                         swept.conversations,
                         swept.responses,
+                        swept.files,
                     )
             await asyncio.wait({terminated}, timeout=_BUILD_PAUSE if full else pause)
     finally:

@@ -1,0 +1,294 @@
+"""Request bodies declared once (services/gateway/requests.py): each model keeps the error
+contract the hand-written checks had (a 400's param and code, a message naming the field) and
+gives the JSON Schema /openapi.json embeds. In process, no server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from services.common.vocabulary import MAX_SEARCH_QUERIES, MAX_SEARCH_RESULTS, SEARCH_MODES
+from services.gateway.app import ROUTES
+from services.gateway.errors import InvalidRequest
+from services.gateway.ingest import ChunkingStrategyBody
+from services.gateway.openapi import build_spec
+from services.gateway.requests import parse
+from services.gateway.routes import files as files_route
+from services.gateway.routes.embeddings import EmbeddingRequest
+from services.gateway.routes.files import FileUpload
+from services.gateway.search_body import SearchRequest
+from services.gateway.uploads import Upload
+from services.gateway.vector_store_bodies import VectorStoreCreate, VectorStoreUpdate
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code", "message"),
+    [
+        ({}, "query", "missing_required_parameter", "'query' is required"),
+        ({"query": 5}, "query", "invalid_value", "'query' must be a non-empty string or array"),
+        ({"query": ["a", " "]}, "query", "invalid_value", "every 'query' must be a non-empty"),
+        ({"query": ["q"] * (MAX_SEARCH_QUERIES + 1)}, "query", "too_many_queries", "at most 20"),
+        ({"query": "x" * 5000}, "query", "query_too_long", "query 0 has 5000 characters"),
+        ({"query": "\ud800"}, "query", "invalid_value", "lone surrogate"),
+        (
+            {"query": "x", "max_num_results": 51},
+            "max_num_results",
+            "invalid_value",
+            "'max_num_results' must be between 1 and 50, got 51",
+        ),
+        ({"query": "x", "max_num_results": 5.0}, "max_num_results", "invalid_type", "integer"),
+        ({"query": "x", "max_num_results": True}, "max_num_results", "invalid_type", "integer"),
+        ({"query": "x", "max_num_results": "5"}, "max_num_results", "invalid_type", "integer"),
+        ({"query": "x", "mode": "semantic"}, "mode", "invalid_value", "got 'semantic'"),
+        ({"query": "x", "exact": 1}, "exact", "invalid_type", "'exact' must be a boolean"),
+        ({"query": "x", "rewrite_query": "y"}, "rewrite_query", "invalid_type", "boolean"),
+        ({"query": "x", "ranking_options": []}, "ranking_options", "invalid_type", "an object"),
+        (
+            {"query": "x", "ranking_options": {"ranker": "magic"}},
+            "ranking_options",
+            "invalid_value",
+            "'ranking_options.ranker' must be one of auto, default-2024-11-15, none",
+        ),
+        (
+            {"query": "x", "ranking_options": {"score_threshold": 2}},
+            "score_threshold",
+            "invalid_value",
+            "'ranking_options.score_threshold' must be between 0 and 1, got 2",
+        ),
+        (
+            {"query": "x", "ranking_options": {"hybrid_search": {"text_weight": -1}}},
+            "text_weight",
+            "invalid_value",
+            "'ranking_options.hybrid_search.text_weight' must be between 0",
+        ),
+        (
+            {
+                "query": "x",
+                "ranking_options": {"hybrid_search": {"embedding_weight": 0, "text_weight": 0}},
+            },
+            "ranking_options",
+            "invalid_value",
+            "needs a positive embedding_weight or text_weight",
+        ),
+        ({"query": "x", "filters": 5}, "filters", "invalid_value", "'filters' must be an object"),
+        (
+            {"query": "x", "filters": {"type": "or", "filters": [{"type": "eq", "key": ""}]}},
+            "filters",
+            "invalid_value",
+            "'filters.filters[0].key' must be a non-empty string",
+        ),
+    ],
+)
+def test_a_bad_search_body_names_its_field_as_before(
+    body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(SearchRequest, body)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert message in refused.value.message
+
+
+def test_nulls_read_as_absent_and_a_good_body_becomes_a_search() -> None:
+    body = {"query": "x", "max_num_results": None, "ranking_options": {"ranker": None}}
+    assert parse(SearchRequest, body).search("vs_1").k == 10
+    asked = parse(
+        SearchRequest,
+        {
+            "query": ["a", "b"],
+            "max_num_results": 3,
+            "mode": "lexical",
+            "exact": True,
+            "ranking_options": {
+                "score_threshold": 0.5,
+                "hybrid_search": {"embedding_weight": 3, "text_weight": 1},
+            },
+            "filters": {"type": "in", "key": "lang", "value": ["en", "fr"]},
+            "unknown": "ignored, as OpenAI's unknown members are",
+        },
+    ).search("vs_1")
+    assert (asked.vector_store_id, list(asked.queries), asked.k, asked.mode) == (
+        "vs_1",
+        ["a", "b"],
+        3,
+        "lexical",
+    )
+    assert (asked.exact, asked.score_threshold, asked.vector_weight) == (True, 0.5, 0.75)
+    assert asked.filter is not None and list(asked.filter.comparison.values) != []
+
+
+def test_the_openapi_document_embeds_the_models_schema() -> None:
+    schemas = build_spec(ROUTES)["components"]["schemas"]
+    search = schemas["SearchRequest"]
+    assert search["required"] == ["query"]
+    properties = search["properties"]
+    assert properties["max_num_results"]["maximum"] == MAX_SEARCH_RESULTS
+    assert properties["mode"]["enum"] == list(SEARCH_MODES)
+    assert properties["filters"]["anyOf"][0] == {"$ref": "#/components/schemas/Filter"}
+    ranking = schemas["RankingOptions"]["properties"]
+    assert ranking["score_threshold"] == {"default": 0.0, "maximum": 1.0, "minimum": 0.0,
+                                          "type": "number"}  # fmt: skip
+    assert "HybridSearch" in schemas
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code", "message"),
+    [
+        ({"name": 5}, "name", "invalid_type", "'name' must be a string"),
+        ({"name": "n" * 257}, "name", "string_too_long", "'name' is longer than 256"),
+        ({"metadata": "nope"}, "metadata", "invalid_type", "'metadata' must be an object"),
+        (
+            {"metadata": {f"k{i}": "v" for i in range(17)}},
+            "metadata",
+            "invalid_value",
+            "'metadata' can have at most 16 keys",
+        ),
+        ({"metadata": {"k": 1}}, "metadata", "invalid_type", "'metadata.k' must be a string"),
+        ({"metadata": {"\ud800": "v"}}, "metadata", "invalid_value", "lone surrogate"),
+        ({"file_ids": "file-1"}, "file_ids", "invalid_type", "'file_ids' must be an array"),
+        (
+            {"expires_after": {"anchor": "created_at", "days": 1}},
+            "expires_after",
+            "invalid_value",
+            "'expires_after.anchor' must be one of last_active_at, got 'created_at'",
+        ),
+        (
+            {"expires_after": {"anchor": "last_active_at", "days": 0}},
+            "expires_after",
+            "invalid_value",
+            "'expires_after.days' must be between 1 and 365, got 0",
+        ),
+        (
+            {"chunking_strategy": {"type": "fancy"}},
+            "chunking_strategy",
+            "invalid_value",
+            "'chunking_strategy.type' must be one of auto, static, got 'fancy'",
+        ),
+        (
+            {"chunking_strategy": {"type": "static"}},
+            "chunking_strategy",
+            "invalid_value",
+            "'chunking_strategy.static' must be an object",
+        ),
+        (
+            {
+                "chunking_strategy": {
+                    "type": "static",
+                    "static": {"max_chunk_size_tokens": 200, "chunk_overlap_tokens": 150},
+                }
+            },
+            "chunking_strategy",
+            "invalid_value",
+            "'chunking_strategy.static.chunk_overlap_tokens' must be an integer from 0 to half",
+        ),
+    ],
+)
+def test_a_bad_vector_store_body_names_its_field(
+    body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(VectorStoreCreate, body)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert message in refused.value.message
+
+
+def test_an_update_tells_null_from_absent() -> None:
+    asked = parse(VectorStoreUpdate, {"name": None, "metadata": {"a": "b"}})
+    assert asked.model_fields_set == {"name", "metadata"}
+    assert asked.name is None and asked.metadata == {"a": "b"}
+
+
+def test_a_nested_body_is_named_where_it_sits() -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(
+            ChunkingStrategyBody, {"type": "static", "static": 3}, at="files[2].chunking_strategy"
+        )
+    assert refused.value.param == "files[2].chunking_strategy"
+    assert refused.value.message == "'files[2].chunking_strategy.static' must be an object"
+
+
+def _upload(**fields: str) -> dict[str, Any]:
+    return files_route._form(Upload("a.txt", b"x", dict(fields)))
+
+
+def test_an_upload_form_reads_the_sdks_expires_after_fields() -> None:
+    asked = parse(
+        FileUpload,
+        _upload(
+            purpose="assistants",
+            **{"expires_after[anchor]": "created_at", "expires_after[seconds]": "3600"},
+        ),
+    )
+    assert (
+        asked.purpose == "assistants"
+        and asked.expires_after is not None
+        and asked.expires_after.seconds == 3600
+    )
+    as_json = _upload(purpose="batch", expires_after='{"anchor": "created_at", "seconds": 7200}')
+    assert parse(FileUpload, as_json).expires_after.seconds == 7200  # type: ignore[union-attr]
+    assert parse(FileUpload, _upload(purpose="user_data")).expires_after is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "message"),
+    [
+        ({}, "purpose", "'purpose' is required"),
+        ({"purpose": "anything"}, "purpose", "must be one of assistants, batch"),
+        (
+            {"purpose": "assistants", "expires_after[seconds]": "60"},
+            "expires_after",
+            "'expires_after.anchor' is required",
+        ),
+        (
+            {
+                "purpose": "assistants",
+                "expires_after[anchor]": "created_at",
+                "expires_after[seconds]": "9" * 40,
+            },
+            "expires_after",
+            "'expires_after.seconds' must be an integer",
+        ),
+        (
+            {"purpose": "assistants", "expires_after": '{"anchor": "created_at", "seconds": 60}'},
+            "expires_after",
+            "'expires_after.seconds' must be between 3600 and 2592000, got 60",
+        ),
+    ],
+)
+def test_a_bad_upload_form_names_its_field(
+    fields: dict[str, str], param: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(FileUpload, _upload(**fields))
+    assert refused.value.param == param
+    assert message in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "message"),
+    [
+        ({}, "missing_required_parameter", "'input' is required"),
+        ({"input": None}, "missing_required_parameter", "'input' is required"),
+        ({"input": 5}, "invalid_type", "'input' must be a string or an array of strings"),
+        ({"input": []}, "invalid_value", "'input' must not be empty"),
+        ({"input": ["ok", ""]}, "invalid_value", "'input[1]' is an empty string"),
+        ({"input": ["ok", None]}, "invalid_type", "'input[1]' must be a string"),
+        ({"input": [[1, 2]]}, "unsupported_input", "token-id inputs are not supported"),
+        ({"input": ["x"] * 2049}, "invalid_value", "'input' can have at most 2048 items"),
+    ],
+)
+def test_a_bad_embedding_body_names_its_input(
+    body: dict[str, Any], code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(EmbeddingRequest, body)
+    assert (refused.value.param, refused.value.code) == ("input", code)
+    assert message in refused.value.message
+
+
+def test_an_embedding_body_reads_its_options() -> None:
+    asked = parse(EmbeddingRequest, {"input": "x", "truncate": None, "encoding_format": "base64"})
+    assert (asked.input, asked.truncate, asked.encoding_format) == (["x"], False, "base64")
+    with pytest.raises(InvalidRequest) as refused:
+        parse(EmbeddingRequest, {"input": "x", "encoding_format": "int8"})
+    assert refused.value.param == "encoding_format"
