@@ -190,6 +190,7 @@ _INPUT_KEY = "ragd-input"
 _STORAGE_FULL = "storage-full"
 _UPSTREAM = "upstream"
 _MODEL_MISMATCH = "model-mismatch"
+_DATABASE_UNAVAILABLE = "database-unavailable"
 # Seconds after which a write refused for a full disk is worth retrying.
 STORAGE_RETRY_SECONDS = 30
 
@@ -227,6 +228,11 @@ def from_grpc(error: grpc.aio.AioRpcError, service: str) -> errors.ApiError:
         return errors.StorageFull(details, retry_after=STORAGE_RETRY_SECONDS)
     if kind is errors.Overloaded:
         return kind(details or f"the {service} is overloaded; retry shortly", retry_after=1)
+    if kind is errors.Unavailable and _trailer(error, _REASON_KEY) == _DATABASE_UNAVAILABLE:
+        # The server's address and the driver's words stay in the store's log.
+        return kind(
+            f"the {service}'s PostgreSQL database is unavailable; retry shortly", retry_after=1
+        )
     if kind in (errors.Unavailable, errors.Timeout):
         message = (
             f"the {service} service is unavailable; retry shortly"

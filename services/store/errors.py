@@ -136,6 +136,11 @@ class VectorsUnavailable(Unavailable):
     """The store runs without sqlite-vec (lexical-only) and the call needs vector tables."""
 
 
+class DatabaseUnavailable(Unavailable):
+    """The database server (PostgreSQL) cannot be reached: every store sharing it is affected,
+    so the gateway says which part is away rather than "the store"."""
+
+
 class FullTextUnavailable(Unavailable):
     """A vector store's full-text index is being rebuilt from its chunks."""
 

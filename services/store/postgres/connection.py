@@ -23,7 +23,13 @@ import psycopg.errors
 from psycopg.adapt import Loader
 from psycopg.pq import TransactionStatus
 
-from services.store.errors import AlreadyExists, Busy, StorageFull, Unavailable
+from services.store.errors import (
+    AlreadyExists,
+    Busy,
+    DatabaseUnavailable,
+    StorageFull,
+    Unavailable,
+)
 from services.store.sql import POSTGRES, Connection, Dialect
 
 log = logging.getLogger(__name__)
@@ -84,7 +90,7 @@ def _error(error: psycopg.Error) -> Exception:
     ):
         return Busy(f"the database is busy ({type(error).__name__}); retry")
     if isinstance(error, psycopg.OperationalError | psycopg.errors.AdminShutdown):
-        return Unavailable(f"PostgreSQL is unavailable: {str(error).strip()}")
+        return DatabaseUnavailable(f"PostgreSQL is unavailable: {str(error).strip()}")
     return error
 
 
@@ -258,6 +264,9 @@ class PostgresConnections:
             if self._closed:
                 raise RuntimeError("the database has been closed")
             if conn is not None:  # the server dropped it: a new one in its place
+                # Forgotten before the new one is opened: if that fails too (the server is
+                # still away), the next call starts from nothing rather than this one.
+                self._local.conn = None
                 self._opened.remove(conn)
                 conn.close()
             if len(self._opened) >= self.limit:

@@ -17,6 +17,7 @@ from services.store.disk import is_full_error
 from services.store.errors import (
     AlreadyExists,
     Busy,
+    DatabaseUnavailable,
     InvalidArgument,
     ModelRule,
     NotFound,
@@ -40,6 +41,8 @@ STORAGE_FULL = "storage-full"
 # ... and of vectors or a query refused by the model rule: a gateway serving several models
 # looks the vector_store's model up again (it changes when a re-index switches).
 MODEL_MISMATCH = "model-mismatch"
+# ... and of a database server that cannot be reached (PostgreSQL).
+DATABASE_UNAVAILABLE = "database-unavailable"
 
 # Each kind of store error (errors.py) -> its status, and the reason sent with it as trailing
 # metadata ("" for none). An error takes its nearest kind's.
@@ -54,6 +57,7 @@ _KINDS: dict[type[StoreError], tuple[grpc.StatusCode, str]] = {
     # overloaded server.
     StorageFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, STORAGE_FULL),
     Unavailable: (grpc.StatusCode.UNAVAILABLE, ""),
+    DatabaseUnavailable: (grpc.StatusCode.UNAVAILABLE, DATABASE_UNAVAILABLE),
 }
 
 
