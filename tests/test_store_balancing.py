@@ -2,9 +2,9 @@
 calls spread over every store that serves, and the idempotent ones move to another store when
 one dies.
 
-A test of the balancing only: each store process has a SQLite database of its own, which two
-stores of one deployment never do (several stores will share one PostgreSQL database); here
-the different contents show which store answered.
+The first test is of the balancing only: each store process has a SQLite database of its own,
+which two stores of one deployment never do; there the different contents show which store
+answered. The last runs two stores on one PostgreSQL database, as a deployment does.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ import pytest
 
 from services.gateway.clients import STORE_READS, open_channel, store_stub
 from services.pb import store_pb2 as pb
+from tests.engines import Database
 from tests.store_fixtures import DIMS, MODEL
 
 ROOT = Path(__file__).resolve().parent.parent
 CALLS = 20
 
 
-def _spawn(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
+def _spawn(folder: Path, url: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
     folder.mkdir()
     ports = folder / "ports.json"
     env = {
@@ -40,6 +41,8 @@ def _spawn(folder: Path) -> tuple[subprocess.Popen[bytes], int]:
         "RAGD_PORTS_FILE": str(ports),
     }
     env.pop("RAGD_DATABASE_URL", None)
+    if url is not None:
+        env["RAGD_DATABASE_URL"] = url
     with (folder / "store.log").open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "services.store"], cwd=ROOT, env=env, stdout=log, stderr=log
@@ -131,3 +134,43 @@ def test_only_reads_of_the_store_are_retried() -> None:
     assert all(name.startswith(reads) for name in STORE_READS)
     # Every method named like a read is in the list, so a new one is decided on, not missed.
     assert {m for m in methods if m.startswith(reads)} == set(STORE_READS)
+
+
+@pytest.mark.engines("postgres")
+def test_two_stores_on_one_postgres_database_serve_alike_and_survive_a_kill(
+    database: Database, tmp_path: Path
+) -> None:
+    started = [_spawn(tmp_path / name, database.url) for name in ("one", "two")]
+    (first, first_port), (_, second_port) = started
+    target = f"127.0.0.1:{first_port},127.0.0.1:{second_port}"
+
+    async def scenario() -> None:
+        channel = open_channel(target, "store", timeout=10.0)
+        try:
+            stub = store_stub(channel)
+            # Writes spread over both stores land in the one database.
+            for n in range(6):
+                request = pb.CreateVectorStoreRequest(name=f"vs{n}", model=MODEL, dimensions=DIMS)
+                await stub.CreateVectorStore(request)
+            for port in (first_port, second_port):
+                assert sorted(await _names(f"127.0.0.1:{port}", 1)) == [f"vs{n}" for n in range(6)]
+            first.kill()
+            first.wait(timeout=10)
+            # Reads meeting the dead store move to the other; once health checking has taken
+            # it out, writes go to the live one too.
+            for _ in range(CALLS):
+                listed = await stub.ListVectorStores(pb.ListVectorStoresRequest())
+                assert len(listed.vector_stores) == 6
+            request = pb.CreateVectorStoreRequest(name="after", model=MODEL, dimensions=DIMS)
+            await stub.CreateVectorStore(request)
+            assert "after" in await _names(f"127.0.0.1:{second_port}", 1)
+        finally:
+            await channel.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for process, _ in started:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=30)
