@@ -10,6 +10,8 @@ import pytest
 
 from services.pb import store_pb2 as pb
 from services.store.config import PostgresSettings
+from services.store.errors import Unavailable
+from services.store.postgres import connection
 from tests.engines import Database
 from tests.store_fixtures import expect_status, new_vector_store, running_store
 
@@ -44,3 +46,19 @@ def test_the_store_serves_from_postgres_and_names_it(database: Database) -> None
 def _settings(database: Database) -> PostgresSettings:
     assert database.url is not None
     return PostgresSettings(url=database.url)
+
+
+def test_a_read_that_outruns_the_statement_timeout_is_unavailable(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert database.url is not None
+    monkeypatch.setattr(connection, "READ_STATEMENT_TIMEOUT_MS", 100)
+    conn = connection.PostgresConnection.connect(database.url)
+    try:
+        with pytest.raises(Unavailable, match="statement timeout"), conn.atomic(write=False):
+            conn.execute("SELECT pg_sleep(2)")
+        # The connection serves the next call; writes are not cut short.
+        with conn.atomic(write=True):
+            assert conn.execute("SELECT 1 FROM pg_sleep(0.2)").get == 1
+    finally:
+        conn.close()

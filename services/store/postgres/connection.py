@@ -41,6 +41,11 @@ MIGRATION_LOCK = 0x72616764_0002
 # Seconds a statement may wait for a row or advisory lock before the call answers Busy.
 LOCK_TIMEOUT_MS = 30_000
 CONNECT_TIMEOUT_SECONDS = 10
+# Milliseconds a statement of a read transaction (a search, a listing) may run: past the
+# gateway's wait for the store (RAGD_STORE_TIMEOUT, 30 s) nobody reads its answer, and it
+# must not hold a connection and the server's CPU. Writes are not cut short (an index build
+# may take longer).
+READ_STATEMENT_TIMEOUT_MS = 30_000
 
 
 @functools.lru_cache(maxsize=4096)
@@ -85,10 +90,14 @@ def _error(error: psycopg.Error) -> Exception:
         error,
         psycopg.errors.LockNotAvailable
         | psycopg.errors.SerializationFailure
-        | psycopg.errors.DeadlockDetected
-        | psycopg.errors.QueryCanceled,
+        | psycopg.errors.DeadlockDetected,
     ):
         return Busy(f"the database is busy ({type(error).__name__}); retry")
+    if isinstance(error, psycopg.errors.QueryCanceled):
+        return Unavailable(
+            "the database did not answer within its statement timeout "
+            f"({READ_STATEMENT_TIMEOUT_MS // 1000} s for a read); retry"
+        )
     if isinstance(error, psycopg.OperationalError | psycopg.errors.AdminShutdown):
         return DatabaseUnavailable(f"PostgreSQL is unavailable: {str(error).strip()}")
     return error
@@ -196,6 +205,8 @@ class PostgresConnection:
         try:
             if write:
                 self.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
+            else:
+                self.execute(f"SET LOCAL statement_timeout = {READ_STATEMENT_TIMEOUT_MS:d}")
         except BaseException:
             self._rollback()
             raise
