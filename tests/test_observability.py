@@ -158,6 +158,7 @@ def test_versions_of_every_service(own_stack: Stack, api: httpx.Client) -> None:
     assert body["gateway"]["python"].count(".") == 2
     store = body["store"]
     assert store["schema_version"] >= 9
+    assert store["engine"] == "sqlite"
     assert store["sqlite"].startswith("3.")
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", store["sqlite_vec"])
     (embedder,) = body["embedders"]

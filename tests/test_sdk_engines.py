@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -44,7 +45,14 @@ def found(page: object) -> list[str]:
     return [hit.filename for hit in page.data]  # type: ignore[attr-defined]
 
 
-def test_an_sdk_program_runs_alike_on_each_engine(sdk: OpenAI, engine: str) -> None:
+def test_an_sdk_program_runs_alike_on_each_engine(
+    sdk: OpenAI, engine: str, engine_stack: Stack
+) -> None:
+    ready = httpx.get(engine_stack.gateway_url + "/ready").json()
+    assert ready["engine"] == engine
+    version = httpx.get(engine_stack.gateway_url + "/version").json()["store"]
+    assert version["engine"] == engine
+    assert ("postgresql" in version) == (engine == "postgres")
     store = sdk.vector_stores.create(name=f"capitals-{engine}", description="three capitals")
     ids = {}
     for name, (text, attributes) in DOCS.items():

@@ -11,7 +11,9 @@ import pytest
 from services.pb import store_pb2 as pb
 from services.store.config import PostgresSettings
 from services.store.errors import Unavailable
+from services.store.metrics import StoreCollector
 from services.store.postgres import connection
+from services.store.repository import Repository
 from tests.engines import Database
 from tests.store_fixtures import expect_status, new_vector_store, running_store
 
@@ -62,3 +64,18 @@ def test_a_read_that_outruns_the_statement_timeout_is_unavailable(
             assert conn.execute("SELECT 1 FROM pg_sleep(0.2)").get == 1
     finally:
         conn.close()
+
+
+def test_the_connections_are_counted_for_the_metrics(database: Database) -> None:
+    assert database.url is not None
+    repository = Repository(database.path, postgres=PostgresSettings(url=database.url, pool_max=3))
+    try:
+        repository.migrate()
+        opened, most = repository.database_connections() or (0, 0)
+        assert 1 <= opened <= most == 3
+        collector = StoreCollector()
+        collector.connections = (opened, most)
+        found = {metric.name: metric.samples[0].value for metric in collector.collect()}
+        assert found == {"ragd_store_db_connections": opened, "ragd_store_db_connections_max": 3}
+    finally:
+        repository.close()

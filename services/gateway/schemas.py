@@ -168,6 +168,11 @@ SCHEMAS: dict[str, Schema] = {
             "enum": ["available", "unavailable"],
         },
         vector_index_error={"description": "why sqlite-vec could not be loaded"} | STRING,
+        engine={
+            "description": "the store's database engine (RAGD_DATABASE_URL chooses PostgreSQL); "
+            "shown when the store is up",
+            "enum": ["sqlite", "postgres"],
+        },
         embedders={
             "description": "with several models: each model's embedders' health",
             "type": "object",

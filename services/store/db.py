@@ -72,8 +72,12 @@ def vectors_error() -> str:
 
 
 def library_versions(conn: apsw.Connection) -> dict[str, str]:
-    """SQLite, apsw and (when loaded) sqlite-vec, as this connection runs them."""
-    versions = {"sqlite": apsw.sqlite_lib_version(), "apsw": apsw.apsw_version()}
+    """The engine, SQLite, apsw and (when loaded) sqlite-vec, as this connection runs them."""
+    versions = {
+        "engine": "sqlite",
+        "sqlite": apsw.sqlite_lib_version(),
+        "apsw": apsw.apsw_version(),
+    }
     if _vectors.loaded:
         versions["sqlite_vec"] = str(conn.execute("SELECT vec_version()").get).lstrip("v")
     return versions

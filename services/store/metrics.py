@@ -19,9 +19,22 @@ class StoreCollector(Collector):
         self.latest: Stats | None = None
         # Where the Litestream replica stands (None: replication is off).
         self.replica: ReplicaStatus | None = None
+        # PostgreSQL connections open and the most opened (None: SQLite).
+        self.connections: tuple[int, int] | None = None
 
     def collect(self) -> Iterator[Metric]:
         yield from self._replica()
+        if self.connections is not None:
+            opened, most = self.connections
+            yield _gauge(
+                "ragd_store_db_connections", "PostgreSQL connections this store has open.", opened
+            )
+            yield _gauge(
+                "ragd_store_db_connections_max",
+                "The most PostgreSQL connections this store opens (RAGD_DATABASE_POOL_MAX); "
+                "calls beyond them answer 503.",
+                most,
+            )
         stats = self.latest
         if stats is None:
             return

@@ -173,6 +173,12 @@ class Repository:
         """The database engine: "sqlite" or "postgres"."""
         return "sqlite" if self.postgres is None else "postgres"
 
+    def database_connections(self) -> tuple[int, int] | None:
+        """PostgreSQL connections open and the most opened; None on SQLite (a file)."""
+        if not isinstance(self._connections, PostgresConnections):
+            return None
+        return self._connections.counts()
+
     @property
     def backup_dir(self) -> Path:
         configured = self._settings.backup_dir

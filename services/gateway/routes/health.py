@@ -109,6 +109,7 @@ async def ready(request: Request) -> JSONResponse:
                 store_pb2.GetStatusRequest(served=served), timeout=2.0
             )
             body["disk"] = objects_admin.disk(status)
+            body["engine"] = status.versions.get("engine", "sqlite")
             # A store without sqlite-vec serves (lexical-only): ready, and says why.
             body["vector_index"] = "unavailable" if status.vector_index_error else "available"
             if status.vector_index_error:

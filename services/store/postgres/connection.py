@@ -290,6 +290,11 @@ class PostgresConnections:
         self._local.conn = conn
         return conn
 
+    def counts(self) -> tuple[int, int]:
+        """Connections open now, and the most this store opens (RAGD_DATABASE_POOL_MAX)."""
+        with self._lock:
+            return len(self._opened), self.limit
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

@@ -148,6 +148,7 @@ async def _refresh_metrics(
             try:
                 collector.latest = await loop.run_in_executor(executor, repository.stats)
                 collector.replica = await loop.run_in_executor(executor, repository.replica_status)
+                collector.connections = repository.database_connections()
             except Exception:
                 if terminated.done():
                     return
