@@ -10,10 +10,16 @@ import pytest
 
 from services.common.vocabulary import MAX_SEARCH_QUERIES, MAX_SEARCH_RESULTS, SEARCH_MODES
 from services.gateway.app import ROUTES
+from services.gateway.conversation_bodies import (
+    ConversationCreate,
+    ConversationUpdate,
+    HistorySearchRequest,
+    ItemsCreate,
+)
 from services.gateway.errors import InvalidRequest
 from services.gateway.ingest import ChunkingStrategyBody
 from services.gateway.openapi import build_spec
-from services.gateway.requests import parse
+from services.gateway.requests import RequestModel, parse
 from services.gateway.routes import files as files_route
 from services.gateway.routes.embeddings import EmbeddingRequest
 from services.gateway.routes.files import FileUpload
@@ -292,3 +298,56 @@ def test_an_embedding_body_reads_its_options() -> None:
     with pytest.raises(InvalidRequest) as refused:
         parse(EmbeddingRequest, {"input": "x", "encoding_format": "int8"})
     assert refused.value.param == "encoding_format"
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "param", "code", "message"),
+    [
+        (ConversationCreate, {"items": "hi"}, "items", "invalid_value", "'items' must be an array"),
+        (ConversationCreate, {"items": [{}] * 21}, "items", "invalid_value", "at most 20 items"),
+        (ConversationCreate, {"title": "x" * 201}, "title", "string_too_long", "'title' is longer"),
+        (ConversationCreate, {"metadata": {"a": 1}}, "metadata", "invalid_type", "'metadata.a'"),
+        (
+            ConversationCreate,
+            {"items": [{"role": "robot", "content": "hi"}]},
+            "items",
+            "invalid_value",
+            "'items[0].role' must be one of",
+        ),
+        (ConversationUpdate, {}, "metadata", "invalid_value", "send 'metadata' (or 'title')"),
+        (ItemsCreate, {}, "items", "missing_required_parameter", "'items' is required"),
+        (ItemsCreate, {"items": []}, "items", "invalid_value", "non-empty array of items"),
+        (HistorySearchRequest, {}, "query", "missing_required_parameter", "'query' is required"),
+        (HistorySearchRequest, {"query": " "}, "query", "invalid_value", "must not be empty"),
+        (HistorySearchRequest, {"query": "x" * 5000}, "query", "string_too_long", "longer than"),
+        (
+            HistorySearchRequest,
+            {"query": "x", "max_num_results": 101},
+            "max_num_results",
+            "invalid_value",
+            "between 1 and 100, got 101",
+        ),
+        (HistorySearchRequest, {"query": "x", "mode": "fuzzy"}, "mode", "invalid_value", "one of"),
+    ],
+)
+def test_a_bad_conversation_body_names_its_field(
+    model: type[RequestModel], body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(model, body)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert message in refused.value.message
+
+
+def test_conversation_bodies_read_their_items_and_tell_null_from_absent() -> None:
+    assert parse(ConversationCreate, {"items": [], "title": None}).items == []
+    created = parse(ConversationCreate, {"items": [{"role": "user", "content": "hi"}]})
+    assert [(item.type, item.role) for item in created.items] == [("message", "user")]
+    cleared = parse(ConversationUpdate, {"title": None})
+    assert cleared.model_fields_set == {"title"} and cleared.title is None
+    assert parse(HistorySearchRequest, {"query": "x", "mode": None}).mode == "hybrid"
+    schemas = build_spec(ROUTES)["components"]["schemas"]
+    assert "title" in schemas["ConversationUpdate"]["properties"]
+    assert schemas["ItemsCreate"]["required"] == ["items"]
+    assert schemas["HistorySearchRequest"]["properties"]["max_num_results"]["maximum"] == 100
+
