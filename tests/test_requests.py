@@ -9,6 +9,12 @@ from typing import Any
 import pytest
 
 from services.common.vocabulary import MAX_SEARCH_QUERIES, MAX_SEARCH_RESULTS, SEARCH_MODES
+from services.gateway.admin_bodies import (
+    ApiKeyRequest,
+    BackupRequest,
+    ProjectRequest,
+    RestoreRequest,
+)
 from services.gateway.app import ROUTES
 from services.gateway.conversation_bodies import (
     ConversationCreate,
@@ -351,3 +357,61 @@ def test_conversation_bodies_read_their_items_and_tell_null_from_absent() -> Non
     assert schemas["ItemsCreate"]["required"] == ["items"]
     assert schemas["HistorySearchRequest"]["properties"]["max_num_results"]["maximum"] == 100
 
+
+@pytest.mark.parametrize(
+    ("model", "body", "param", "code", "message"),
+    [
+        (ApiKeyRequest, {"name": "x"}, "scope", "missing_required_parameter", "'scope' is"),
+        (ApiKeyRequest, {"name": "x", "scope": "root"}, "scope", "invalid_value", "one of read"),
+        (ApiKeyRequest, {"name": "x" * 65, "scope": "read"}, "name", "string_too_long", "64"),
+        (
+            ApiKeyRequest,
+            {"name": "x", "scope": "read", "vector_stores": "vs_1"},
+            "vector_stores",
+            "invalid_type",
+            "must be an array",
+        ),
+        (
+            ApiKeyRequest,
+            {"name": "x", "scope": "read", "requests_per_minute": -1},
+            "requests_per_minute",
+            "invalid_value",
+            "between 0 and",
+        ),
+        (
+            ApiKeyRequest,
+            {"name": "x", "scope": "read", "project_conversations": 1},
+            "project_conversations",
+            "invalid_type",
+            "a boolean",
+        ),
+        (ProjectRequest, {}, "name", "missing_required_parameter", "'name' is required"),
+        (BackupRequest, {"path": "\ud800"}, "path", "invalid_value", "lone surrogate"),
+        (RestoreRequest, {}, "path", "invalid_value", "or set 'from_replica'"),
+        (RestoreRequest, {"path": "a.db", "from_replica": True}, "path", "invalid_value", "or"),
+        (
+            RestoreRequest,
+            {"path": "a.db", "timestamp": "2026-01-01T00:00:00Z"},
+            "timestamp",
+            "invalid_value",
+            "applies to a restore from the replica",
+        ),
+    ],
+)
+def test_a_bad_operator_body_names_its_field(
+    model: type[RequestModel], body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(model, body)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert message in refused.value.message
+
+
+def test_operator_bodies_read_their_defaults() -> None:
+    key = parse(ApiKeyRequest, {"name": "k", "scope": "read", "vector_stores": None})
+    assert (key.vector_stores, key.requests_per_minute, key.project) == ([], 0, "")
+    assert parse(BackupRequest, {}).path == ""
+    assert parse(RestoreRequest, {"from_replica": True}).timestamp == ""
+    schemas = build_spec(ROUTES)["components"]["schemas"]
+    assert schemas["ApiKeyRequest"]["required"] == ["name", "scope"]
+    assert schemas["RestoreRequest"]["properties"]["from_replica"]["type"] == "boolean"

@@ -366,38 +366,11 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     # Operations
-    "BackupRequest": obj(
-        path={
-            "type": "string",
-            "description": "File name inside the store's backup directory (RAGD_BACKUP_DIR); "
-            "default ragd-<UTC time>.db. Absolute or escaping paths are a 400, an existing "
-            "file a 409.",
-        }
-    ),
     "BackupResult": obj(
         ["path", "bytes", "seconds"],
         path={"type": "string", "description": "absolute, on the store's filesystem"},
         bytes=COUNT,
         seconds=NUMBER,
-    ),
-    "ApiKeyRequest": obj(
-        ["name", "scope"],
-        name={"type": "string", "maxLength": 64},
-        scope={"enum": list(v.SCOPES)},
-        vector_stores={"type": "array", "items": STRING},
-        requests_per_minute=COUNT,
-        tokens_per_day=COUNT,
-        project={
-            "type": "string",
-            "maxLength": 64,
-            "description": "The project's id or name (default: the default project); the key "
-            "reaches that project's objects only. Admin keys belong to the default project.",
-        },
-        project_conversations={
-            "type": "boolean",
-            "description": "For a key limited to some vector stores: it reaches every "
-            "conversation and response of its project, not only those it made.",
-        },
     ),
     "ApiKey": obj(
         ["object", "name", "scope", "vector_stores", "created_at", "usage"],
@@ -422,7 +395,6 @@ SCHEMAS: dict[str, Schema] = {
         data={"type": "array", "items": ref("ApiKey")},
         has_more=BOOL,
     ),
-    "ProjectRequest": obj(["name"], name={"type": "string", "maxLength": 64}),
     "Project": obj(
         ["object", "id", "name", "created_at", "status"],
         object={"const": "organization.project"},
@@ -437,22 +409,6 @@ SCHEMAS: dict[str, Schema] = {
         object={"const": "list"},
         data={"type": "array", "items": ref("Project")},
         has_more=BOOL,
-    ),
-    "RestoreRequest": obj(
-        path={
-            "type": "string",
-            "description": "A backup's name inside the store's backup directory, as GET "
-            "/admin/backups lists them.",
-        },
-        from_replica={
-            "type": "boolean",
-            "description": "Instead of a backup: the Litestream replica's latest state "
-            "(RAGD_REPLICA_URL).",
-        },
-        timestamp={
-            "type": "string",
-            "description": "With from_replica: the replica's state at this RFC 3339 time.",
-        },
     ),
     "RestoreResult": obj(
         ["path", "replaced_path", "schema_version", "restored_schema_version", "bytes"],
