@@ -16,6 +16,7 @@ from services.gateway.admin_bodies import (
     RestoreRequest,
 )
 from services.gateway.app import ROUTES
+from services.gateway.chat.tools import parse as parse_tools
 from services.gateway.conversation_bodies import (
     ConversationCreate,
     ConversationUpdate,
@@ -415,3 +416,27 @@ def test_operator_bodies_read_their_defaults() -> None:
     schemas = build_spec(ROUTES)["components"]["schemas"]
     assert schemas["ApiKeyRequest"]["required"] == ["name", "scope"]
     assert schemas["RestoreRequest"]["properties"]["from_replica"]["type"] == "boolean"
+
+
+@pytest.mark.parametrize(
+    ("ranking", "message"),
+    [
+        ({"ranker": "magic"}, "'tools[0].ranking_options.ranker' must be one of"),
+        ({"score_threshold": 2}, "'tools[0].ranking_options.score_threshold' must be between"),
+        (
+            {"hybrid_search": {"embedding_weight": 0, "text_weight": 0}},
+            "'tools[0].ranking_options.hybrid_search' needs a positive",
+        ),
+    ],
+)
+def test_a_file_search_tool_reads_its_ranking_options_as_a_search_does(
+    ranking: dict[str, Any], message: str
+) -> None:
+    tool = {"type": "file_search", "vector_store_ids": ["vs_1"], "ranking_options": ranking}
+    with pytest.raises(InvalidRequest) as refused:
+        parse_tools([tool], None, None, None, True)
+    assert (refused.value.param, refused.value.code) == ("tools", "invalid_value")
+    assert message in refused.value.message
+    good = {"score_threshold": 0.3, "hybrid_search": {"embedding_weight": 3, "text_weight": 1}}
+    (search,) = parse_tools([{**tool, "ranking_options": good}], None, None, None, True).searches
+    assert (search.score_threshold, search.vector_weight) == (0.3, 0.75)

@@ -84,18 +84,6 @@ _STATIC_CHUNKING = obj(
     chunk_overlap_tokens={"type": "integer", "minimum": 0},
 )
 QUERY = {"type": "string", "pattern": r"\S", "maxLength": v.MAX_QUERY_CHARS}
-# OpenAI's ranking_options, of a search and of a file_search tool.
-RANKING_OPTIONS = obj(
-    ranker={"enum": list(v.RANKERS)},
-    score_threshold={"type": "number", "minimum": 0, "maximum": 1},
-    hybrid_search={
-        **obj(
-            embedding_weight={"type": "number", "minimum": 0},
-            text_weight={"type": "number", "minimum": 0},
-        ),
-        "description": "each ranking's share of a hybrid score is its weight over their sum",
-    },
-)
 TEXT_PART = obj(["type", "text"], type={"const": "text"}, text=STRING)
 
 SCHEMAS: dict[str, Schema] = {

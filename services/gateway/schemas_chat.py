@@ -18,7 +18,6 @@ from services.gateway.schemas import (
     COUNT,
     METADATA,
     NUMBER,
-    RANKING_OPTIONS,
     STRING,
     Schema,
     list_of,
@@ -61,7 +60,7 @@ _FILE_SEARCH = obj(
     vector_store_ids={"type": "array", "minItems": 1, "maxItems": 2, "items": STRING},
     max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},
     filters=ref("Filter"),
-    ranking_options=RANKING_OPTIONS,
+    ranking_options=ref("RankingOptions"),
 )
 
 _FUNCTION = obj(
