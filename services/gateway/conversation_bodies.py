@@ -36,14 +36,14 @@ def _items(raw: Any) -> list[store_pb2.NewItem]:
     return [item.message() for item in parse_items(raw, "items")]
 
 
-def _items_or_none(raw: Any) -> list[store_pb2.NewItem]:
+def _first_items(raw: Any) -> list[store_pb2.NewItem]:
     return [] if raw == [] else _items(raw)
 
 
 # A conversation may start empty; items added to one are at least one.
 FirstItems = Annotated[
     list[store_pb2.NewItem],
-    PlainValidator(_items_or_none),
+    PlainValidator(_first_items),
     WithJsonSchema({**NEW_ITEMS, "minItems": 0}),
 ]
 NewItems = Annotated[list[store_pb2.NewItem], PlainValidator(_items), WithJsonSchema(NEW_ITEMS)]
