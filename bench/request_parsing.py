@@ -22,14 +22,25 @@ from services.common.vocabulary import (
     MAX_DESCRIPTION_CHARS,
     MAX_EMBED_INPUTS,
     MAX_NAME_CHARS,
+    MAX_NEW_ITEMS,
     MAX_QUERY_CHARS,
     MAX_SEARCH_QUERIES,
     MAX_SEARCH_RESULTS,
+    MAX_TITLE_CHARS,
+    RANKERS,
     SEARCH_MODES,
 )
+from services.gateway.chat.items import parse_items
+from services.gateway.conversation_bodies import ConversationCreate
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
-from services.gateway.params import metadata, optional_int, optional_str, ranking_options
+from services.gateway.params import (
+    metadata,
+    optional_int,
+    optional_number,
+    optional_object,
+    optional_str,
+)
 from services.gateway.requests import parse
 from services.gateway.routes.embeddings import EmbeddingRequest
 from services.gateway.search import Search
@@ -55,13 +66,39 @@ def _old_queries(body: dict[str, Any]) -> list[str]:
     return queries
 
 
+def _old_ranking_options(body: dict[str, Any], where: str) -> tuple[float, float | None]:
+    """OpenAI's ranking_options (of a search or of a file_search tool `where`): the score
+    threshold, and the vector ranking's share of a hybrid search from hybrid_search's
+    embedding_weight and text_weight (None when not sent: the store's default)."""
+    ranking = optional_object(body, "ranking_options") or {}
+    ranker = optional_str(ranking, "ranker", "auto")
+    if ranker not in RANKERS:
+        raise invalid(
+            f"'{where}ranking_options.ranker' must be one of {', '.join(RANKERS)}",
+            param="ranking_options",
+        )
+    threshold = optional_number(ranking, "score_threshold", 0.0, 0.0, 1.0)
+    hybrid = optional_object(ranking, "hybrid_search")
+    if hybrid is None:
+        return threshold, None
+    vector = optional_number(hybrid, "embedding_weight", 1.0, 0.0, 1e6)
+    text = optional_number(hybrid, "text_weight", 1.0, 0.0, 1e6)
+    if vector + text <= 0:
+        raise invalid(
+            f"'{where}ranking_options.hybrid_search' needs a positive embedding_weight or "
+            "text_weight",
+            param="ranking_options",
+        )
+    return threshold, vector / (vector + text)
+
+
 def old_search(body: dict[str, Any]) -> Search:
     queries = _old_queries(body)
     mode = optional_str(body, "mode", DEFAULT_SEARCH_MODE) or DEFAULT_SEARCH_MODE
     if mode not in SEARCH_MODES:
         raise invalid("bad mode", param="mode")
     k = optional_int(body, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
-    threshold, weight = ranking_options(body, "")
+    threshold, weight = _old_ranking_options(body, "")
     if not isinstance(body.get("rewrite_query", False), bool):
         raise invalid("'rewrite_query' must be a boolean", param="rewrite_query")
     exact = body.get("exact", False)
@@ -219,12 +256,45 @@ CREATE_BODIES: dict[str, dict[str, Any]] = {
     },
 }
 
+# A conversation's create, as routes/conversations.py read it (each item checked by
+# chat/items.parse_items both ways).
+
+
+def old_conversation(body: dict[str, Any]) -> tuple[Any, ...]:
+    raw = body.get("items")
+    if isinstance(raw, list) and len(raw) > MAX_NEW_ITEMS:
+        raise invalid("too many items", param="items")
+    if isinstance(raw, str):
+        raise invalid("'items' must be an array of items", param="items")
+    items = [] if raw is None else [item.message() for item in parse_items(raw, "items")]
+    title = optional_str(body, "title", "", MAX_TITLE_CHARS) or ""
+    return metadata(body), title, items
+
+
+def new_conversation(body: dict[str, Any]) -> tuple[Any, ...]:
+    asked = parse(ConversationCreate, body)
+    return asked.metadata, asked.title, asked.items
+
+
+CONVERSATION_BODIES: dict[str, dict[str, Any]] = {
+    "conversation create, empty": {},
+    "conversation create, 20 items": {
+        "metadata": {"topic": "logs"},
+        "title": "Rotating logs",
+        "items": [
+            {"role": "user" if n % 2 == 0 else "assistant", "content": f"line {n} about logs"}
+            for n in range(20)
+        ],
+    },
+}
+
 FAMILIES: list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[dict[str, Any]], Any]]] = [
     *((name, old_search, new_search) for name in SEARCH_BODIES),
     *((name, old_create, new_create) for name in CREATE_BODIES),
     *((name, old_embeddings, new_embeddings) for name in EMBEDDING_BODIES),
+    *((name, old_conversation, new_conversation) for name in CONVERSATION_BODIES),
 ]
-BODIES = {**SEARCH_BODIES, **CREATE_BODIES, **EMBEDDING_BODIES}
+BODIES = {**SEARCH_BODIES, **CREATE_BODIES, **EMBEDDING_BODIES, **CONVERSATION_BODIES}
 
 
 def measure(repeats: int, number: int) -> list[tuple[str, float, float]]:

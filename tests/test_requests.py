@@ -9,11 +9,24 @@ from typing import Any
 import pytest
 
 from services.common.vocabulary import MAX_SEARCH_QUERIES, MAX_SEARCH_RESULTS, SEARCH_MODES
+from services.gateway.admin_bodies import (
+    ApiKeyRequest,
+    BackupRequest,
+    ProjectRequest,
+    RestoreRequest,
+)
 from services.gateway.app import ROUTES
+from services.gateway.chat.tools import parse as parse_tools
+from services.gateway.conversation_bodies import (
+    ConversationCreate,
+    ConversationUpdate,
+    HistorySearchRequest,
+    ItemsCreate,
+)
 from services.gateway.errors import InvalidRequest
 from services.gateway.ingest import ChunkingStrategyBody
 from services.gateway.openapi import build_spec
-from services.gateway.requests import parse
+from services.gateway.requests import RequestModel, parse
 from services.gateway.routes import files as files_route
 from services.gateway.routes.embeddings import EmbeddingRequest
 from services.gateway.routes.files import FileUpload
@@ -292,3 +305,138 @@ def test_an_embedding_body_reads_its_options() -> None:
     with pytest.raises(InvalidRequest) as refused:
         parse(EmbeddingRequest, {"input": "x", "encoding_format": "int8"})
     assert refused.value.param == "encoding_format"
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "param", "code", "message"),
+    [
+        (ConversationCreate, {"items": "hi"}, "items", "invalid_value", "'items' must be an array"),
+        (ConversationCreate, {"items": [{}] * 21}, "items", "invalid_value", "at most 20 items"),
+        (ConversationCreate, {"title": "x" * 201}, "title", "string_too_long", "'title' is longer"),
+        (ConversationCreate, {"metadata": {"a": 1}}, "metadata", "invalid_type", "'metadata.a'"),
+        (
+            ConversationCreate,
+            {"items": [{"role": "robot", "content": "hi"}]},
+            "items",
+            "invalid_value",
+            "'items[0].role' must be one of",
+        ),
+        (ConversationUpdate, {}, "metadata", "invalid_value", "send 'metadata' (or 'title')"),
+        (ItemsCreate, {}, "items", "missing_required_parameter", "'items' is required"),
+        (ItemsCreate, {"items": []}, "items", "invalid_value", "non-empty array of items"),
+        (HistorySearchRequest, {}, "query", "missing_required_parameter", "'query' is required"),
+        (HistorySearchRequest, {"query": " "}, "query", "invalid_value", "must not be empty"),
+        (HistorySearchRequest, {"query": "x" * 5000}, "query", "string_too_long", "longer than"),
+        (
+            HistorySearchRequest,
+            {"query": "x", "max_num_results": 101},
+            "max_num_results",
+            "invalid_value",
+            "between 1 and 100, got 101",
+        ),
+        (HistorySearchRequest, {"query": "x", "mode": "fuzzy"}, "mode", "invalid_value", "one of"),
+    ],
+)
+def test_a_bad_conversation_body_names_its_field(
+    model: type[RequestModel], body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(model, body)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert message in refused.value.message
+
+
+def test_conversation_bodies_read_their_items_and_tell_null_from_absent() -> None:
+    assert parse(ConversationCreate, {"items": [], "title": None}).items == []
+    created = parse(ConversationCreate, {"items": [{"role": "user", "content": "hi"}]})
+    assert [(item.type, item.role) for item in created.items] == [("message", "user")]
+    cleared = parse(ConversationUpdate, {"title": None})
+    assert cleared.model_fields_set == {"title"} and cleared.title is None
+    assert parse(HistorySearchRequest, {"query": "x", "mode": None}).mode == "hybrid"
+    schemas = build_spec(ROUTES)["components"]["schemas"]
+    assert "title" in schemas["ConversationUpdate"]["properties"]
+    assert schemas["ItemsCreate"]["required"] == ["items"]
+    assert schemas["HistorySearchRequest"]["properties"]["max_num_results"]["maximum"] == 100
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "param", "code", "message"),
+    [
+        (ApiKeyRequest, {"name": "x"}, "scope", "missing_required_parameter", "'scope' is"),
+        (ApiKeyRequest, {"name": "x", "scope": "root"}, "scope", "invalid_value", "one of read"),
+        (ApiKeyRequest, {"name": "x" * 65, "scope": "read"}, "name", "string_too_long", "64"),
+        (
+            ApiKeyRequest,
+            {"name": "x", "scope": "read", "vector_stores": "vs_1"},
+            "vector_stores",
+            "invalid_type",
+            "must be an array",
+        ),
+        (
+            ApiKeyRequest,
+            {"name": "x", "scope": "read", "requests_per_minute": -1},
+            "requests_per_minute",
+            "invalid_value",
+            "between 0 and",
+        ),
+        (
+            ApiKeyRequest,
+            {"name": "x", "scope": "read", "project_conversations": 1},
+            "project_conversations",
+            "invalid_type",
+            "a boolean",
+        ),
+        (ProjectRequest, {}, "name", "missing_required_parameter", "'name' is required"),
+        (BackupRequest, {"path": "\ud800"}, "path", "invalid_value", "lone surrogate"),
+        (RestoreRequest, {}, "path", "invalid_value", "or set 'from_replica'"),
+        (RestoreRequest, {"path": "a.db", "from_replica": True}, "path", "invalid_value", "or"),
+        (
+            RestoreRequest,
+            {"path": "a.db", "timestamp": "2026-01-01T00:00:00Z"},
+            "timestamp",
+            "invalid_value",
+            "applies to a restore from the replica",
+        ),
+    ],
+)
+def test_a_bad_operator_body_names_its_field(
+    model: type[RequestModel], body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(model, body)
+    assert (refused.value.param, refused.value.code) == (param, code)
+    assert message in refused.value.message
+
+
+def test_operator_bodies_read_their_defaults() -> None:
+    key = parse(ApiKeyRequest, {"name": "k", "scope": "read", "vector_stores": None})
+    assert (key.vector_stores, key.requests_per_minute, key.project) == ([], 0, "")
+    assert parse(BackupRequest, {}).path == ""
+    assert parse(RestoreRequest, {"from_replica": True}).timestamp == ""
+    schemas = build_spec(ROUTES)["components"]["schemas"]
+    assert schemas["ApiKeyRequest"]["required"] == ["name", "scope"]
+    assert schemas["RestoreRequest"]["properties"]["from_replica"]["type"] == "boolean"
+
+
+@pytest.mark.parametrize(
+    ("ranking", "message"),
+    [
+        ({"ranker": "magic"}, "'tools[0].ranking_options.ranker' must be one of"),
+        ({"score_threshold": 2}, "'tools[0].ranking_options.score_threshold' must be between"),
+        (
+            {"hybrid_search": {"embedding_weight": 0, "text_weight": 0}},
+            "'tools[0].ranking_options.hybrid_search' needs a positive",
+        ),
+    ],
+)
+def test_a_file_search_tool_reads_its_ranking_options_as_a_search_does(
+    ranking: dict[str, Any], message: str
+) -> None:
+    tool = {"type": "file_search", "vector_store_ids": ["vs_1"], "ranking_options": ranking}
+    with pytest.raises(InvalidRequest) as refused:
+        parse_tools([tool], None, None, None, True)
+    assert (refused.value.param, refused.value.code) == ("tools", "invalid_value")
+    assert message in refused.value.message
+    good = {"score_threshold": 0.3, "hybrid_search": {"embedding_weight": 3, "text_weight": 1}}
+    (search,) = parse_tools([{**tool, "ranking_options": good}], None, None, None, True).searches
+    assert (search.score_threshold, search.vector_weight) == (0.3, 0.75)

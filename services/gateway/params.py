@@ -11,7 +11,6 @@ from services.common.vocabulary import (
     MAX_KEY_CHARS,
     MAX_METADATA,
     MAX_METADATA_CHARS,
-    RANKERS,
 )
 from services.gateway.errors import TooLarge, invalid
 
@@ -195,32 +194,6 @@ def paging(
     if before:
         page["before"] = request.query_params.get("before", "")
     return page
-
-
-def ranking_options(body: dict[str, Any], where: str) -> tuple[float, float | None]:
-    """OpenAI's ranking_options (of a search or of a file_search tool `where`): the score
-    threshold, and the vector ranking's share of a hybrid search from hybrid_search's
-    embedding_weight and text_weight (None when not sent: the store's default)."""
-    ranking = optional_object(body, "ranking_options") or {}
-    ranker = optional_str(ranking, "ranker", "auto")
-    if ranker not in RANKERS:
-        raise invalid(
-            f"'{where}ranking_options.ranker' must be one of {', '.join(RANKERS)}",
-            param="ranking_options",
-        )
-    threshold = optional_number(ranking, "score_threshold", 0.0, 0.0, 1.0)
-    hybrid = optional_object(ranking, "hybrid_search")
-    if hybrid is None:
-        return threshold, None
-    vector = optional_number(hybrid, "embedding_weight", 1.0, 0.0, 1e6)
-    text = optional_number(hybrid, "text_weight", 1.0, 0.0, 1e6)
-    if vector + text <= 0:
-        raise invalid(
-            f"'{where}ranking_options.hybrid_search' needs a positive embedding_weight or "
-            "text_weight",
-            param="ranking_options",
-        )
-    return threshold, vector / (vector + text)
 
 
 # Extension request fields whose plain names OpenAI might one day use: each also reads as

@@ -309,8 +309,12 @@ def _referenced(schema: Any) -> Any:
             return {"$ref": f"#/components/schemas/{schema[COMPONENT]}"}
         if isinstance(schema.get("$ref"), str):
             return {**schema, "$ref": schema["$ref"].removesuffix(_SUFFIX)}
-        # pydantic's titles repeat the field names.
-        return {key: _referenced(value) for key, value in schema.items() if key != "title"}
+        # pydantic's titles repeat the field names (a property named title is a schema).
+        return {
+            key: _referenced(value)
+            for key, value in schema.items()
+            if not (key == "title" and isinstance(value, str))
+        }
     if isinstance(schema, list):
         return [_referenced(item) for item in schema]
     return schema

@@ -84,18 +84,6 @@ _STATIC_CHUNKING = obj(
     chunk_overlap_tokens={"type": "integer", "minimum": 0},
 )
 QUERY = {"type": "string", "pattern": r"\S", "maxLength": v.MAX_QUERY_CHARS}
-# OpenAI's ranking_options, of a search and of a file_search tool.
-RANKING_OPTIONS = obj(
-    ranker={"enum": list(v.RANKERS)},
-    score_threshold={"type": "number", "minimum": 0, "maximum": 1},
-    hybrid_search={
-        **obj(
-            embedding_weight={"type": "number", "minimum": 0},
-            text_weight={"type": "number", "minimum": 0},
-        ),
-        "description": "each ranking's share of a hybrid score is its weight over their sum",
-    },
-)
 TEXT_PART = obj(["type", "text"], type={"const": "text"}, text=STRING)
 
 SCHEMAS: dict[str, Schema] = {
@@ -371,38 +359,11 @@ SCHEMAS: dict[str, Schema] = {
         },
     ),
     # Operations
-    "BackupRequest": obj(
-        path={
-            "type": "string",
-            "description": "File name inside the store's backup directory (RAGD_BACKUP_DIR); "
-            "default ragd-<UTC time>.db. Absolute or escaping paths are a 400, an existing "
-            "file a 409.",
-        }
-    ),
     "BackupResult": obj(
         ["path", "bytes", "seconds"],
         path={"type": "string", "description": "absolute, on the store's filesystem"},
         bytes=COUNT,
         seconds=NUMBER,
-    ),
-    "ApiKeyRequest": obj(
-        ["name", "scope"],
-        name={"type": "string", "maxLength": 64},
-        scope={"enum": list(v.SCOPES)},
-        vector_stores={"type": "array", "items": STRING},
-        requests_per_minute=COUNT,
-        tokens_per_day=COUNT,
-        project={
-            "type": "string",
-            "maxLength": 64,
-            "description": "The project's id or name (default: the default project); the key "
-            "reaches that project's objects only. Admin keys belong to the default project.",
-        },
-        project_conversations={
-            "type": "boolean",
-            "description": "For a key limited to some vector stores: it reaches every "
-            "conversation and response of its project, not only those it made.",
-        },
     ),
     "ApiKey": obj(
         ["object", "name", "scope", "vector_stores", "created_at", "usage"],
@@ -427,7 +388,6 @@ SCHEMAS: dict[str, Schema] = {
         data={"type": "array", "items": ref("ApiKey")},
         has_more=BOOL,
     ),
-    "ProjectRequest": obj(["name"], name={"type": "string", "maxLength": 64}),
     "Project": obj(
         ["object", "id", "name", "created_at", "status"],
         object={"const": "organization.project"},
@@ -442,22 +402,6 @@ SCHEMAS: dict[str, Schema] = {
         object={"const": "list"},
         data={"type": "array", "items": ref("Project")},
         has_more=BOOL,
-    ),
-    "RestoreRequest": obj(
-        path={
-            "type": "string",
-            "description": "A backup's name inside the store's backup directory, as GET "
-            "/admin/backups lists them.",
-        },
-        from_replica={
-            "type": "boolean",
-            "description": "Instead of a backup: the Litestream replica's latest state "
-            "(RAGD_REPLICA_URL).",
-        },
-        timestamp={
-            "type": "string",
-            "description": "With from_replica: the replica's state at this RFC 3339 time.",
-        },
     ),
     "RestoreResult": obj(
         ["path", "replaced_path", "schema_version", "restored_schema_version", "bytes"],

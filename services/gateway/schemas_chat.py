@@ -18,8 +18,6 @@ from services.gateway.schemas import (
     COUNT,
     METADATA,
     NUMBER,
-    QUERY,
-    RANKING_OPTIONS,
     STRING,
     Schema,
     list_of,
@@ -28,7 +26,6 @@ from services.gateway.schemas import (
     ref,
 )
 
-_TITLE = {"type": "string", "maxLength": v.MAX_TITLE_CHARS}
 _PART = {
     "description": "a content part: input_text, output_text, input_file, input_image, ... "
     "(parts of other types are kept as sent)",
@@ -48,7 +45,7 @@ _INPUT_ITEM = {
     "if": {"properties": {"type": {"const": "message"}}},
     "then": {"required": ["role", "content"]},
 }
-_NEW_ITEMS = {"type": "array", "minItems": 1, "maxItems": v.MAX_NEW_ITEMS, "items": _INPUT_ITEM}
+NEW_ITEMS = {"type": "array", "minItems": 1, "maxItems": v.MAX_NEW_ITEMS, "items": _INPUT_ITEM}
 _RESULT = obj(
     ["file_id", "filename", "score", "text", "attributes"],
     file_id=STRING,
@@ -63,7 +60,7 @@ _FILE_SEARCH = obj(
     vector_store_ids={"type": "array", "minItems": 1, "maxItems": 2, "items": STRING},
     max_num_results={"type": "integer", "minimum": 1, "maximum": v.MAX_SEARCH_RESULTS},
     filters=ref("Filter"),
-    ranking_options=RANKING_OPTIONS,
+    ranking_options=ref("RankingOptions"),
 )
 
 _FUNCTION = obj(
@@ -105,13 +102,6 @@ _TEXT = obj(
 )
 
 CHAT_SCHEMAS: dict[str, Schema] = {
-    "ConversationCreate": obj(
-        items={**_NEW_ITEMS, "minItems": 0},
-        metadata=METADATA,
-        title={"description": "ragd extension; default: the first user line"} | _TITLE,
-    ),
-    "ConversationUpdate": obj(metadata=METADATA, title=_TITLE)
-    | {"anyOf": [{"required": ["metadata"]}, {"required": ["title"]}]},
     "Conversation": obj(
         ["id", "object", "created_at", "metadata"],
         id=STRING,
@@ -149,18 +139,6 @@ CHAT_SCHEMAS: dict[str, Schema] = {
         },
     },
     "ItemList": list_of("Item"),
-    "ItemsCreate": obj(["items"], items=_NEW_ITEMS),
-    "HistorySearchRequest": obj(
-        ["query"],
-        query=QUERY,
-        max_num_results={"type": "integer", "minimum": 1, "maximum": 100},
-        mode={
-            "description": "lexical (words), vector (meaning) or hybrid (both; items not yet "
-            "embedded in the background are found by their words)",
-            "enum": list(v.SEARCH_MODES),
-            "default": v.HYBRID,
-        },
-    ),
     "HistorySearchPage": obj(
         ["object", "search_query", "data", "has_more", "mode"],
         object={"const": "list"},

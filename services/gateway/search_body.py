@@ -95,7 +95,8 @@ class RankingOptions(RequestModel):
         if hybrid is not None and hybrid.embedding_weight + hybrid.text_weight <= 0:
             raise fail(
                 "invalid_value",
-                "'ranking_options.hybrid_search' needs a positive embedding_weight or text_weight",
+                # {path}: where the options sit (a search's, or a file_search tool's).
+                "'{path}.hybrid_search' needs a positive embedding_weight or text_weight",
             )
         return self
 

@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common.vocabulary import MAX_SEARCH_RESULTS
-from services.gateway.errors import invalid
+from services.gateway.errors import InvalidRequest, invalid
 from services.gateway.filters import parse_filter
-from services.gateway.params import (
-    check_text,
-    optional_int,
-    ranking_options,
-)
+from services.gateway.params import check_text, optional_int
+from services.gateway.requests import parse as parse_body
+from services.gateway.search_body import RankingOptions
 from services.pb import store_pb2
 
 # The function the model calls to search; a client's function may not take the name.
@@ -216,16 +214,28 @@ def _file_search(tool: dict[str, Any], index: int) -> FileSearchTool:
     for vector_store_id in ids:
         check_text(vector_store_id, f"{name}.vector_store_ids", 256, param="tools")
     k = optional_int(tool, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
-    threshold, weight = ranking_options(tool, f"{name}.")
+    ranking = _ranking(tool.get("ranking_options"), name)
     filters = parse_filter(tool["filters"]) if tool.get("filters") is not None else None
     return FileSearchTool(
         vector_store_ids=list(ids),
         max_num_results=k,
-        score_threshold=threshold,
+        score_threshold=ranking.score_threshold,
         filter=filters,
         raw=tool,
-        vector_weight=weight,
+        vector_weight=ranking.vector_weight(),
     )
+
+
+def _ranking(raw: Any, name: str) -> RankingOptions:
+    """The tool's ranking_options, read as a search's are (search_body.RankingOptions)."""
+    if raw is None:
+        return RankingOptions()
+    try:
+        return parse_body(RankingOptions, raw, at=f"{name}.ranking_options")
+    except InvalidRequest as error:
+        # Every error of a tool names the tools array as its param; the message says where.
+        error.param = "tools"
+        raise
 
 
 def _choice(raw: Any, functions: set[str], searches: bool) -> ToolChoice:

@@ -10,10 +10,12 @@ from starlette.responses import JSONResponse, StreamingResponse
 
 from services.common.vocabulary import AUDIT_OPERATIONS
 from services.gateway import objects_admin
+from services.gateway.admin_bodies import BackupRequest, RestoreRequest
 from services.gateway.clients import from_grpc
 from services.gateway.errors import invalid
 from services.gateway.operations import operation, query_param
-from services.gateway.params import json_body, optional_str, query_int
+from services.gateway.params import json_body, query_int
+from services.gateway.requests import parse
 from services.gateway.routes import services
 from services.pb import store_pb2
 
@@ -24,15 +26,14 @@ MAINTENANCE_TIMEOUT = 3600.0
 @operation(
     "Online backup of the store's database",
     "BackupResult",
-    "BackupRequest",
+    BackupRequest,
     body_required=False,
 )
 async def backup(request: Request) -> JSONResponse:
     """{"path": optional name inside the store's backup directory} -> where it was written."""
-    body = await json_body(request, required=False)
-    name = optional_str(body, "path", "") or ""
+    asked = parse(BackupRequest, await json_body(request, required=False))
     reply = await services(request).store.Backup(
-        store_pb2.BackupRequest(name=name), timeout=MAINTENANCE_TIMEOUT
+        store_pb2.BackupRequest(name=asked.path), timeout=MAINTENANCE_TIMEOUT
     )
     return JSONResponse(objects_admin.backup(reply))
 
@@ -40,26 +41,16 @@ async def backup(request: Request) -> JSONResponse:
 @operation(
     "Replace the database with a backup (checked first; the replaced one is kept)",
     "RestoreResult",
-    "RestoreRequest",
+    RestoreRequest,
 )
 async def restore(request: Request) -> JSONResponse:
     """{"path": a backup's name in the store's backup directory} or {"from_replica": true,
     "timestamp": optional RFC 3339 time} -> the restore's figures."""
-    body = await json_body(request)
-    name = optional_str(body, "path", "") or ""
-    from_replica = body.get("from_replica", False)
-    if not isinstance(from_replica, bool):
-        raise invalid("'from_replica' must be true or false", param="from_replica")
-    timestamp = optional_str(body, "timestamp", "") or ""
-    if from_replica == bool(name):
-        raise invalid(
-            "name a backup in 'path' (GET /admin/backups lists them) or set 'from_replica'",
-            param="path",
-        )
-    if timestamp and not from_replica:
-        raise invalid("'timestamp' applies to a restore from the replica", param="timestamp")
+    asked = parse(RestoreRequest, await json_body(request))
     reply = await services(request).store.Restore(
-        store_pb2.RestoreRequest(name=name, from_replica=from_replica, timestamp=timestamp),
+        store_pb2.RestoreRequest(
+            name=asked.path, from_replica=asked.from_replica, timestamp=asked.timestamp
+        ),
         timeout=MAINTENANCE_TIMEOUT,
     )
     return JSONResponse(objects_admin.restore(reply))

@@ -3,39 +3,26 @@ search over their history (extensions)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.common.vocabulary import (
-    HYBRID,
-    MAX_NEW_ITEMS,
-    MAX_QUERY_CHARS,
-    MAX_TITLE_CHARS,
-    SEARCH_MODES,
-)
+from services.common.vocabulary import MAX_NEW_ITEMS
 from services.gateway import objects, objects_chat
 from services.gateway.auth import charge
-from services.gateway.chat.items import parse_items
 from services.gateway.chat.outputs import RESULTS
-from services.gateway.errors import invalid
-from services.gateway.operations import INCLUDE_PARAM, operation, paging_params
-from services.gateway.params import (
-    extensions,
-    json_body,
-    metadata,
-    optional_int,
-    optional_str,
-    paging,
-    required_str,
+from services.gateway.conversation_bodies import (
+    ConversationCreate,
+    ConversationUpdate,
+    HistorySearchRequest,
+    ItemsCreate,
 )
+from services.gateway.operations import INCLUDE_PARAM, operation, paging_params
+from services.gateway.params import extensions, json_body, paging
+from services.gateway.requests import parse
 from services.gateway.routes import services
 from services.gateway.routes.vector_stores import DEGRADED_HEADER, DEGRADED_REASON
 from services.gateway.search import query_vectors
 from services.pb import store_pb2
-
-MAX_HISTORY_RESULTS = 100
 
 
 def includes_results(request: Request) -> bool:
@@ -44,33 +31,18 @@ def includes_results(request: Request) -> bool:
     return RESULTS in values
 
 
-def _new_items(body: dict[str, Any], required: bool) -> list[store_pb2.NewItem]:
-    raw = body.get("items")
-    if raw is None and not required:
-        return []
-    if isinstance(raw, list) and len(raw) > MAX_NEW_ITEMS:
-        raise invalid(
-            f"'items' can hold at most {MAX_NEW_ITEMS} items, got {len(raw)}", param="items"
-        )
-    if isinstance(raw, str) or raw is None:
-        raise invalid("'items' must be an array of items", param="items")
-    return [item.message() for item in parse_items(raw, "items")]
-
-
 @operation(
     "Create a conversation",
     "Conversation",
-    "ConversationCreate",
+    ConversationCreate,
     body_required=False,
     returns={"conversation_id": "/id"},
 )
 async def create_conversation(request: Request) -> JSONResponse:
-    body = extensions(await json_body(request, required=False), "title")
+    asked = parse(ConversationCreate, extensions(await json_body(request, required=False), "title"))
     reply = await services(request).store.CreateConversation(
         store_pb2.CreateConversationRequest(
-            metadata=metadata(body),
-            title=optional_str(body, "title", "", MAX_TITLE_CHARS) or "",
-            items=_new_items(body, required=False),
+            metadata=asked.metadata, title=asked.title, items=asked.items
         )
     )
     _indexed(request)
@@ -110,18 +82,17 @@ async def get_conversation(request: Request) -> JSONResponse:
     return JSONResponse(objects_chat.conversation(reply))
 
 
-@operation("Update a conversation's metadata (or title)", "Conversation", "ConversationUpdate")
+@operation("Update a conversation's metadata (or title)", "Conversation", ConversationUpdate)
 async def update_conversation(request: Request) -> JSONResponse:
-    body = extensions(await json_body(request), "title")
-    update = store_pb2.UpdateConversationRequest(id=request.path_params["conversation_id"])
-    if "metadata" in body:
-        update.has_metadata = True
-        update.metadata.update(metadata(body))
-    if "title" in body:
-        update.has_title = True
-        update.title = optional_str(body, "title", "", MAX_TITLE_CHARS) or ""
-    if not (update.has_metadata or update.has_title):
-        raise invalid("send 'metadata' (or 'title') to update", param="metadata")
+    asked = parse(ConversationUpdate, extensions(await json_body(request), "title"))
+    sent = asked.model_fields_set
+    update = store_pb2.UpdateConversationRequest(
+        id=request.path_params["conversation_id"],
+        has_metadata="metadata" in sent,
+        metadata=asked.metadata or {},
+        has_title="title" in sent,
+        title=asked.title or "",
+    )
     reply = await services(request).store.UpdateConversation(update)
     return JSONResponse(objects_chat.conversation(reply))
 
@@ -137,15 +108,15 @@ async def delete_conversation(request: Request) -> JSONResponse:
 @operation(
     f"Add up to {MAX_NEW_ITEMS} items to a conversation",
     "ItemList",
-    "ItemsCreate",
+    ItemsCreate,
     query=[INCLUDE_PARAM],
 )
 async def create_items(request: Request) -> JSONResponse:
-    body = await json_body(request)
+    asked = parse(ItemsCreate, await json_body(request))
     reply = await services(request).store.AddItems(
         store_pb2.AddItemsRequest(
             conversation_id=request.path_params["conversation_id"],
-            items=_new_items(body, required=True),
+            items=asked.items,
         )
     )
     _indexed(request)
@@ -193,26 +164,23 @@ async def delete_item(request: Request) -> JSONResponse:
 @operation(
     "Search the items of every conversation, or of one (ragd extension)",
     "HistorySearchPage",
-    "HistorySearchRequest",
+    HistorySearchRequest,
 )
 async def search_history(request: Request) -> JSONResponse:
     """Extension: the items of every conversation (or of one) that best match a query, by
     words, meaning or both (hybrid, the default: items not embedded yet are found by their
     words)."""
     deps = services(request)
-    body = extensions(await json_body(request), "mode")
-    query = required_str(body, "query", MAX_QUERY_CHARS)
-    if not query.strip():
-        raise invalid("'query' must not be empty", param="query")
-    asked = optional_str(body, "mode", HYBRID) or HYBRID
-    if asked not in SEARCH_MODES:
-        raise invalid(f"'mode' must be one of {', '.join(SEARCH_MODES)}", param="mode")
-    k = optional_int(body, "max_num_results", 10, 1, MAX_HISTORY_RESULTS)
+    body = parse(HistorySearchRequest, extensions(await json_body(request), "mode"))
+    query, asked = body.query, body.mode
     mode, vectors = await query_vectors(
         deps.embedder, [query], asked, deps.config.search_embed_timeout
     )
     message = store_pb2.SearchHistoryRequest(
-        query=query, k=k, conversation_id=request.path_params.get("conversation_id", ""), mode=mode
+        query=query,
+        k=body.max_num_results,
+        conversation_id=request.path_params.get("conversation_id", ""),
+        mode=mode,
     )
     if vectors is not None:
         message.query_vector, message.model = vectors.rows[0], vectors.model

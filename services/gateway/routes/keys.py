@@ -7,42 +7,28 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from services.common.vocabulary import SCOPES
 from services.gateway import objects_admin
-from services.gateway.errors import invalid
+from services.gateway.admin_bodies import ApiKeyRequest, ProjectRequest
 from services.gateway.operations import operation, query_param
-from services.gateway.params import json_body, optional_int, optional_str, required_str
+from services.gateway.params import json_body
+from services.gateway.requests import parse
 from services.gateway.routes import services
 from services.pb import store_pb2
 
-MAX_LIMIT = 2**31 - 1
 
-
-@operation("Make an API key (its secret is in this answer only)", "ApiKey", "ApiKeyRequest")
+@operation("Make an API key (its secret is in this answer only)", "ApiKey", ApiKeyRequest)
 async def create_key(request: Request) -> JSONResponse:
     deps = services(request)
-    body = await json_body(request)
-    name = required_str(body, "name", max_chars=64)
-    scope = required_str(body, "scope")
-    if scope not in SCOPES:
-        raise invalid(f"'scope' must be one of {', '.join(SCOPES)}", param="scope")
-    stores = body.get("vector_stores") or []
-    if not isinstance(stores, list) or not all(isinstance(s, str) for s in stores):
-        raise invalid("'vector_stores' must be a list of vector store ids", param="vector_stores")
-    shared = body.get("project_conversations", False)
-    if not isinstance(shared, bool):
-        raise invalid(
-            "'project_conversations' must be true or false", param="project_conversations"
-        )
+    asked = parse(ApiKeyRequest, await json_body(request))
     created = await deps.store.CreateApiKey(
         store_pb2.CreateApiKeyRequest(
-            name=name,
-            scope=scope,
-            vector_stores=stores,
-            requests_per_minute=optional_int(body, "requests_per_minute", 0, 0, MAX_LIMIT),
-            tokens_per_day=optional_int(body, "tokens_per_day", 0, 0, 2**62),
-            project=optional_str(body, "project", max_chars=64) or "",
-            project_conversations=shared,
+            name=asked.name,
+            scope=asked.scope,
+            vector_stores=asked.vector_stores,
+            requests_per_minute=asked.requests_per_minute,
+            tokens_per_day=asked.tokens_per_day,
+            project=asked.project,
+            project_conversations=asked.project_conversations,
         )
     )
     deps.keys.created()
@@ -73,12 +59,13 @@ async def revoke_key(request: Request) -> JSONResponse:
 @operation(
     "Make a project (what vector stores, files, conversations and keys belong to)",
     "Project",
-    "ProjectRequest",
+    ProjectRequest,
 )
 async def create_project(request: Request) -> JSONResponse:
-    body = await json_body(request)
-    name = required_str(body, "name", max_chars=64)
-    made = await services(request).store.CreateProject(store_pb2.CreateProjectRequest(name=name))
+    asked = parse(ProjectRequest, await json_body(request))
+    made = await services(request).store.CreateProject(
+        store_pb2.CreateProjectRequest(name=asked.name)
+    )
     return JSONResponse(objects_admin.project(made))
 
 
