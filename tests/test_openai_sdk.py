@@ -12,6 +12,22 @@ from openai import OpenAI
 
 from services.launcher import Stack
 
+# Three files with attributes, for searches with filters (tests/test_sdk_engines.py too).
+CAPITALS: dict[str, tuple[str, dict[str, str | float | bool]]] = {
+    "rome.txt": (
+        "Rome is the capital of Italy, founded on seven hills by the Tiber.",
+        {"country": "it", "year": 753},
+    ),
+    "paris.txt": (
+        "Paris is the capital of France; the Seine runs through its centre.",
+        {"country": "fr", "year": 250},
+    ),
+    "berlin.txt": (
+        "Berlin is the capital of Germany, on the rivers Spree and Havel.",
+        {"country": "de", "year": 1237},
+    ),
+}
+
 
 @pytest.fixture(scope="module")
 def sdk(stack: Stack) -> Iterator[OpenAI]:
@@ -104,20 +120,7 @@ def test_vector_store_lifecycle(sdk: OpenAI) -> None:
 
 def test_upload_and_poll_then_search_with_filters(sdk: OpenAI) -> None:
     store = sdk.vector_stores.create(name="sdk-search")
-    docs: dict[str, tuple[str, dict[str, str | float | bool]]] = {
-        "rome.txt": (
-            "Rome is the capital of Italy, founded on seven hills by the Tiber.",
-            {"country": "it", "year": 753},
-        ),
-        "paris.txt": (
-            "Paris is the capital of France; the Seine runs through its centre.",
-            {"country": "fr", "year": 250},
-        ),
-        "berlin.txt": (
-            "Berlin is the capital of Germany, on the rivers Spree and Havel.",
-            {"country": "de", "year": 1237},
-        ),
-    }
+    docs = CAPITALS
     for name, (text, attrs) in docs.items():
         vs_file = sdk.vector_stores.files.upload_and_poll(
             vector_store_id=store.id, file=text_file(name, text), poll_interval_ms=50

@@ -5,7 +5,6 @@ contract runs on PostgreSQL with `make test-postgres`."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 
 import httpx
@@ -14,31 +13,14 @@ import pytest
 from openai import OpenAI
 
 from services.launcher import Stack
-
-DOCS: dict[str, tuple[str, dict[str, str | float | bool]]] = {
-    "rome.txt": (
-        "Rome is the capital of Italy, founded on seven hills by the Tiber.",
-        {"country": "it", "year": 753},
-    ),
-    "paris.txt": (
-        "Paris is the capital of France; the Seine runs through its centre.",
-        {"country": "fr", "year": 250},
-    ),
-    "berlin.txt": (
-        "Berlin is the capital of Germany, on the rivers Spree and Havel.",
-        {"country": "de", "year": 1237},
-    ),
-}
+from tests.test_openai_sdk import CAPITALS as DOCS
+from tests.test_openai_sdk import text_file
 
 
 @pytest.fixture
 def sdk(engine_stack: Stack) -> Iterator[OpenAI]:
     with OpenAI(base_url=engine_stack.gateway_url + "/v1", api_key="unused") as client:
         yield client
-
-
-def text_file(name: str, text: str) -> tuple[str, io.BytesIO]:
-    return name, io.BytesIO(text.encode())
 
 
 def found(page: object) -> list[str]:
