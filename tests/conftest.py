@@ -36,6 +36,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("engine", engines.parameters(marker), indirect=True, scope="session")
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A test that is not engine-aware runs on the session stack's engine: its `engines`
+    # marker, if any, says whether it can.
+    marker = item.get_closest_marker("engines")
+    if marker is None or "engine" in getattr(item, "fixturenames", ()):
+        return
+    if engines.stack_engine() not in marker.args:
+        allowed = " and ".join(marker.args)
+        pytest.skip(f"runs on {allowed} only; the stack runs {engines.stack_engine()}")
+
+
 @pytest.fixture(scope="session")
 def engine(request: pytest.FixtureRequest) -> str:
     """The store engine of this run of the test: "sqlite" or "postgres"."""

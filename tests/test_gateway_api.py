@@ -10,6 +10,8 @@ import httpx
 import numpy as np
 import pytest
 
+from tests import engines
+
 
 def embed(client: httpx.Client, inputs: Any, **extra: Any) -> httpx.Response:
     return client.post("/v1/embeddings", json={"input": inputs, **extra})
@@ -44,6 +46,7 @@ def test_health_and_ready(client: httpx.Client) -> None:
         "chat": None,
         "unserved_models": [],
         "vector_index": "available",
+        "engine": engines.stack_engine(),
     }
     assert "X-Ragd-Degraded" not in ready.headers
     assert client.get("/ready?require=embedder").status_code == 200
