@@ -9,7 +9,7 @@ import apsw
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from services.store.errors import InvalidArgument
@@ -160,6 +160,9 @@ def test_compiled_sql_agrees_with_the_reference_on_postgres(
     conn = PostgresConnection.connect(database.url)
     try:
         sql, params = compile_filter(node, dialect=POSTGRES)
+        # PostgreSQL's text holds no NUL character: such a value is refused (the test below).
+        assume(not any(isinstance(value, str) and chr(0) in value for value in params))
+        assume("\\u0000" not in attributes_json(attributes))
         row = conn.execute(
             f"SELECT {sql} FROM (SELECT ? AS attributes) AS cf",
             (*params, attributes_json(attributes)),
@@ -167,6 +170,17 @@ def test_compiled_sql_agrees_with_the_reference_on_postgres(
     finally:
         conn.close()
     assert row is not None and bool(row[0]) is matches(node, attributes)
+
+
+@pytest.mark.engines("postgres")
+def test_a_nul_character_is_refused_on_postgres(database: Database) -> None:
+    assert database.url is not None
+    conn = PostgresConnection.connect(database.url)
+    try:
+        with pytest.raises(InvalidArgument, match="PostgreSQL cannot store"):
+            conn.execute("SELECT ?::text", ("a\x00b",))
+    finally:
+        conn.close()
 
 
 # Property: filtered search is the exact top-k among the matching chunks.

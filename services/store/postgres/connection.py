@@ -27,6 +27,7 @@ from services.store.errors import (
     AlreadyExists,
     Busy,
     DatabaseUnavailable,
+    InvalidArgument,
     StorageFull,
     Unavailable,
 )
@@ -98,6 +99,10 @@ def _error(error: psycopg.Error) -> Exception:
             "the database did not answer within its statement timeout "
             f"({READ_STATEMENT_TIMEOUT_MS // 1000} s for a read); retry"
         )
+    if isinstance(error, psycopg.DataError):
+        # A value PostgreSQL cannot hold, such as text with a NUL character (SQLite can):
+        # the caller's input, not a fault of the store.
+        return InvalidArgument(f"PostgreSQL cannot store this value: {str(error).strip()}")
     if isinstance(error, psycopg.OperationalError | psycopg.errors.AdminShutdown):
         return DatabaseUnavailable(f"PostgreSQL is unavailable: {str(error).strip()}")
     return error
