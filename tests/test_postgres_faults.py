@@ -3,6 +3,7 @@ mid-ingest answers 503 naming it, loses no acknowledged file, and serves again o
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from tests.engines import Database
 from tests.harness import ok, started_stack
-from tests.postgres_server import start_server
+from tests.postgres_server import start_server, start_standby
 
 pytestmark = pytest.mark.engines("postgres")
 
@@ -92,3 +93,50 @@ def test_postgres_stopped_mid_ingest_loses_nothing_acknowledged(
             assert sorted(f["id"] for f in listed) == sorted(files)
     finally:
         server.close()
+
+
+def test_a_promoted_standby_takes_over_from_a_lost_primary(engine: str, tmp_path: Path) -> None:
+    """The URL names the primary and its standby (target_session_attrs=read-write): after the
+    primary is lost and the standby promoted, the store writes to it without a restart, and
+    every acknowledged write is there (synchronous replication)."""
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    os.chmod(folder, 0o777)  # the standby's directory is made by the server's user
+    primary = start_server(folder / "primary", settings={"synchronous_commit": "on"})
+    try:
+        name = primary.create_database()
+        standby = start_standby(primary, folder / "standby")
+        try:
+            primary.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            primary.execute("SELECT pg_reload_conf()")
+            hosts = f"{primary.directory},{standby.directory}"
+            url = f"postgresql://postgres@/{name}?host={hosts}&target_session_attrs=read-write"
+            stack_of = contextmanager(started_stack)
+            with (
+                stack_of(
+                    tmp_path / "stack", 1, **Database(engine, tmp_path / "ragd.db", url).env()
+                ) as stack,
+                httpx.Client(base_url=stack.gateway_url, timeout=60.0) as api,
+            ):
+                conversation = ok(api.post("/v1/conversations", json={}))["id"]
+                path = f"/v1/conversations/{conversation}/items"
+
+                def add(text: str) -> httpx.Response:
+                    item = {"type": "message", "role": "user", "content": text}
+                    return api.post(path, json={"items": [item]})
+
+                for n in range(5):
+                    ok(add(f"before {n}"))
+                primary.crash()
+                refused = add("while no server takes writes")
+                assert refused.status_code == 503, refused.text
+                assert "PostgreSQL" in refused.json()["error"]["message"]
+                standby.promote()
+                until(lambda: add("after").status_code == 200, timeout=60)
+                items = ok(api.get(path, params={"limit": 100, "order": "asc"}))["data"]
+                texts = [item["content"][0]["text"] for item in items]
+                assert texts == [f"before {n}" for n in range(5)] + ["after"]
+        finally:
+            standby.close()
+    finally:
+        primary.close()
