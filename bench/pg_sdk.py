@@ -45,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for engine in ENGINES:
         folder = args.out / engine
         shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
         with _database(engine, folder) as url:
             extra = {"RAGD_DATABASE_URL": url} if url else {}
             with running_stack(folder / "stack", 2, None, None, **extra) as stack:
