@@ -37,7 +37,7 @@ def complete(
 
 
 def window_rows(repo: Repository) -> int:
-    return int(repo._conn().execute("SELECT count(*) FROM chunk_windows").fetchone()[0])
+    return int(repo._conn().execute("SELECT count(*) FROM chunk_windows").get)
 
 
 def test_a_chunk_is_found_by_any_window_and_returned_once(repo: Repository, vs_id: str) -> None:
@@ -51,7 +51,7 @@ def test_a_chunk_is_found_by_any_window_and_returned_once(repo: Repository, vs_i
         # The query is the last window of chunk 0: the chunk comes first, once, with that
         # window's score (1.0), not its first window's.
         hits = repo.search(vs_id, vectors[2], k=10, exact=exact)
-        assert [(hit.file_id, hit.chunk_index) for hit in hits][0] == (long.file_id, 0)
+        assert (hits[0].file_id, hits[0].chunk_index) == (long.file_id, 0)
         assert len(hits) == 3 and len({hit.chunk_id for hit in hits}) == 3
         assert hits[0].score == pytest.approx(1.0, abs=1e-5)
         assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
@@ -60,12 +60,11 @@ def test_a_chunk_is_found_by_any_window_and_returned_once(repo: Repository, vs_i
     [top] = repo.search(vs_id, vectors[2], k=1, score_threshold=max(first_score, 0.9))
     assert (top.file_id, top.chunk_index) == (long.file_id, 0)
     # Filters keep a window's chunk out with its file, or in.
-    only_short = repo.search(vs_id, vectors[2], k=10, filter=Comparison("kind", "eq", value="short"))
-    assert [hit.file_id for hit in only_short] != [] and long.file_id not in {
-        hit.file_id for hit in only_short
-    }
+    short = Comparison("kind", "eq", value="short")
+    only_short = repo.search(vs_id, vectors[2], k=10, filter=short)
+    assert only_short and long.file_id not in {hit.file_id for hit in only_short}
     only_long = repo.search(vs_id, vectors[2], k=10, filter=Comparison("kind", "eq", value="long"))
-    assert [(hit.chunk_index, round(hit.score, 4)) for hit in only_long][0] == (0, 1.0)
+    assert (only_long[0].chunk_index, round(only_long[0].score, 4)) == (0, 1.0)
     # Hybrid: the vector half scores the chunk by its best window too.
     hybrid = repo.search(vs_id, vectors[2], k=10, mode="hybrid", query_text="short")
     assert len({hit.chunk_id for hit in hybrid}) == len(hybrid)
