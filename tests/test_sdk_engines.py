@@ -144,6 +144,28 @@ def test_openais_default_chunking_embeds_long_chunks_as_windows(sdk: OpenAI, eng
     assert texts[0] == chunks[-1] and len(texts[0]) > 2_000  # far more than 256 tokens
     scores = [hit.score for hit in page.data]
     assert scores[0] > scores[1]
+    # The same file in another vector store: its windows' vectors come from the embedding
+    # cache, and it is found alike.
+    again = sdk.vector_stores.create(name=f"windows-again-{engine}")
+    copy = sdk.vector_stores.files.create_and_poll(
+        vector_store_id=again.id,
+        file_id=attached.id,
+        chunking_strategy={
+            "type": "static",
+            "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400},
+        },
+        poll_interval_ms=50,
+    )
+    assert copy.status == "completed", copy.last_error
+    repeat = sdk.vector_stores.search(
+        again.id,
+        query="What colour did the lighthouse keeper paint the lamp room?",
+        max_num_results=10,
+        extra_body={"mode": "vector"},
+    )
+    assert [hit.content[0].text for hit in repeat.data] == texts
+    assert [hit.score for hit in repeat.data] == pytest.approx(scores, abs=1e-5)
+    assert sdk.vector_stores.delete(again.id).deleted
 
     # OpenAI's whole range: 4096 is taken, 4097 is a 400 naming the field.
     large = sdk.vector_stores.files.upload_and_poll(
