@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from services.store import windows
 from services.store.errors import InvalidArgument
 from services.store.records import ChunkInput, EmbeddingModel, VectorStoreFile
 from services.store.repository import Repository
@@ -142,3 +143,20 @@ def test_window_counts_must_match_the_vectors(
     with pytest.raises(InvalidArgument, match=message):
         repo.complete_job(job.job_id, "w1", [ChunkInput("x", 1)], vectors, MODEL, counts)
     assert window_rows(repo) == 0
+
+
+def test_fold_keeps_each_chunk_once_at_its_best_window() -> None:
+    asked: list[list[int]] = []
+
+    def first(ids: Sequence[int]) -> list[tuple[int, float]]:
+        asked.append(list(ids))
+        return [(chunk, 0.9) for chunk in ids]
+
+    # Chunk 1's window beats its window 0; chunk 7 is found only by a window, and its window
+    # 0 is asked for; chunk 8's window is beyond k.
+    found = [(1, 0.5), (2, 0.6)]
+    extra = [(1, 0.1), (7, 0.3), (8, 0.95)]
+    assert windows.fold(found, extra, 3, first) == [(1, 0.1), (7, 0.3), (2, 0.6)]
+    assert asked == [[7, 8]]
+    assert windows.fold(found, [], 2, first) == found
+    assert windows.fold([], [(4, 0.2)], 5, lambda ids: []) == [(4, 0.2)]
