@@ -353,18 +353,26 @@ def test_bad_search_requests_are_400(
     assert_error(response, 400, param)
 
 
-def test_static_chunk_size_above_the_model_limit_is_400(client: httpx.Client) -> None:
+def test_static_chunk_sizes_take_openais_whole_range(client: httpx.Client) -> None:
+    # MiniLM reads 256 tokens; a longer chunk is embedded as several windows (issue 30.8).
     store = create_store(client, "static")
-    response = client.post(
-        f"/v1/vector_stores/{store['id']}/files",
-        json={
-            "text": "some text",
-            "filename": "a.txt",
-            "chunking_strategy": {
-                "type": "static",
-                "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 100},
+
+    def attach(size: int) -> httpx.Response:
+        return client.post(
+            f"/v1/vector_stores/{store['id']}/files",
+            json={
+                "text": f"some text {size}",
+                "filename": "a.txt",
+                "chunking_strategy": {
+                    "type": "static",
+                    "static": {"max_chunk_size_tokens": size, "chunk_overlap_tokens": 100},
+                },
             },
-        },
-    )
-    error = assert_error(response, 400, "chunking_strategy")
-    assert "256" in error["message"]
+        )
+
+    for size in (800, 4096):
+        accepted = attach(size)
+        assert accepted.status_code == 200, accepted.text
+        assert accepted.json()["chunking_strategy"]["static"]["max_chunk_size_tokens"] == size
+    error = assert_error(attach(4097), 400, "chunking_strategy")
+    assert "max_chunk_size_tokens' must be between 100 and 4096" in error["message"]

@@ -86,3 +86,108 @@ def test_an_sdk_program_runs_alike_on_each_engine(
     assert sdk.vector_stores.delete(store.id).deleted
     with pytest.raises(openai.NotFoundError):
         sdk.vector_stores.retrieve(store.id)
+
+
+# Gardening filler: ordinary sentences that say nothing about the lighthouse.
+_FILLER = [
+    "Tomatoes want full sun and steady water through the summer months.",
+    "Compost made from leaves and kitchen scraps feeds the soil slowly.",
+    "Mulch keeps the beds cool and holds back the weeds after rain.",
+    "Beans climb any frame you give them and fix nitrogen in the ground.",
+    "Prune the roses in late winter, just above an outward facing bud.",
+    "Slugs come out at dusk and favour young lettuce over older leaves.",
+    "A rain barrel under the gutter saves water for the dry weeks of August.",
+    "Garlic planted in autumn is ready to lift by the middle of summer.",
+]
+LIGHTHOUSE = "The keeper of the Vell Island lighthouse painted its lamp room bright orange in 1887."
+
+
+def long_document() -> str:
+    """About 2,000 MiniLM tokens of gardening, then the one lighthouse sentence at its end."""
+    paragraphs = [
+        " ".join(_FILLER[(n + i) % len(_FILLER)] for i in range(6)) + f" (Plot {n}.)"
+        for n in range(24)
+    ]
+    return "\n\n".join([*paragraphs, LIGHTHOUSE])
+
+
+def test_openais_default_chunking_embeds_long_chunks_as_windows(sdk: OpenAI, engine: str) -> None:
+    """Issue 30.8: OpenAI's own static chunking (800 tokens, 400 overlap) on a model that reads
+    256: each chunk is embedded as several windows and found by any of them, once."""
+    store = sdk.vector_stores.create(name=f"windows-{engine}")
+    attached = sdk.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id,
+        file=text_file("garden.txt", long_document()),
+        chunking_strategy={
+            "type": "static",
+            "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400},
+        },
+        poll_interval_ms=50,
+    )
+    assert attached.status == "completed", attached.last_error
+    assert attached.chunking_strategy.static.max_chunk_size_tokens == 800  # type: ignore[union-attr]
+    content = sdk.vector_stores.files.content(attached.id, vector_store_id=store.id)
+    chunks = [part.text or "" for part in content]
+    assert len(chunks) >= 3 and LIGHTHOUSE in chunks[-1]
+
+    # The answer is only in the last window of the last chunk: a vector search finds that
+    # chunk, first, once, and hands back its whole text.
+    page = sdk.vector_stores.search(
+        store.id,
+        query="What colour did the lighthouse keeper paint the lamp room?",
+        max_num_results=10,
+        extra_body={"mode": "vector"},
+    )
+    texts = [hit.content[0].text for hit in page.data]
+    assert LIGHTHOUSE in texts[0], texts[0][-200:]
+    assert len(texts) == len(set(texts)) == len(chunks)
+    assert texts[0] == chunks[-1] and len(texts[0]) > 2_000  # far more than 256 tokens
+    scores = [hit.score for hit in page.data]
+    assert scores[0] > scores[1]
+    # The same file in another vector store: its windows' vectors come from the embedding
+    # cache, and it is found alike.
+    again = sdk.vector_stores.create(name=f"windows-again-{engine}")
+    copy = sdk.vector_stores.files.create_and_poll(
+        vector_store_id=again.id,
+        file_id=attached.id,
+        chunking_strategy={
+            "type": "static",
+            "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400},
+        },
+        poll_interval_ms=50,
+    )
+    assert copy.status == "completed", copy.last_error
+    repeat = sdk.vector_stores.search(
+        again.id,
+        query="What colour did the lighthouse keeper paint the lamp room?",
+        max_num_results=10,
+        extra_body={"mode": "vector"},
+    )
+    assert [hit.content[0].text for hit in repeat.data] == texts
+    assert [hit.score for hit in repeat.data] == pytest.approx(scores, abs=1e-5)
+    assert sdk.vector_stores.delete(again.id).deleted
+
+    # OpenAI's whole range: 4096 is taken, 4097 is a 400 naming the field.
+    large = sdk.vector_stores.files.upload_and_poll(
+        vector_store_id=store.id,
+        file=text_file("large.txt", long_document() + " Large."),
+        chunking_strategy={
+            "type": "static",
+            "static": {"max_chunk_size_tokens": 4096, "chunk_overlap_tokens": 0},
+        },
+        poll_interval_ms=50,
+    )
+    assert large.status == "completed", large.last_error
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.vector_stores.files.upload_and_poll(
+            vector_store_id=store.id,
+            file=text_file("too-large.txt", "anything"),
+            chunking_strategy={
+                "type": "static",
+                "static": {"max_chunk_size_tokens": 4097, "chunk_overlap_tokens": 0},
+            },
+        )
+    error = refused.value.body
+    assert isinstance(error, dict) and error["param"] == "chunking_strategy"
+    assert "between 100 and 4096" in error["message"]
+    assert sdk.vector_stores.delete(store.id).deleted

@@ -18,10 +18,9 @@ from services.common.vocabulary import (
     MIN_CHUNK_TOKENS,
     STATIC,
 )
-from services.gateway.chunking import Chunk, chunk_text
+from services.gateway.chunking import Chunk, CountTokens, chunk_text
 from services.gateway.clients import EmbedderClient
 from services.gateway.embed_cache import EmbeddingCache, text_hash
-from services.gateway.errors import invalid
 from services.gateway.requests import RequestModel, fail, parse
 from services.pb import store_pb2
 
@@ -32,6 +31,9 @@ from services.pb import store_pb2
 # and sentences); a static strategy still sets any overlap.
 AUTO_MAX_TOKENS = 800
 AUTO_OVERLAP_TOKENS = 400
+# A chunk longer than the model's window is embedded as windows overlapping by a quarter of
+# one, so that a passage cut by one window's end is whole in the next.
+WINDOW_OVERLAP_DIVISOR = 4
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,8 @@ def resolve_chunking(
     raw: ChunkingStrategyBody | Any, model: ModelInfo, param: str = "chunking_strategy"
 ) -> ChunkingStrategy:
     """An OpenAI chunking_strategy (a parsed body's, or JSON from a form or a batch's files[],
-    then named by `param`) checked against the model's context."""
+    then named by `param`): OpenAI's whole range, whatever the model's context (a chunk
+    longer than it is embedded as several windows: `windows`)."""
     limit = model.max_input_tokens
     asked = raw if isinstance(raw, ChunkingStrategyBody | None) else None
     if raw is not None and asked is None:
@@ -91,14 +94,7 @@ def resolve_chunking(
         if limit >= AUTO_MAX_TOKENS:
             return ChunkingStrategy(AUTO_MAX_TOKENS, AUTO_OVERLAP_TOKENS)
         return ChunkingStrategy(limit, 0)
-    size, overlap = asked.static.max_chunk_size_tokens, asked.static.chunk_overlap_tokens
-    if size > limit:
-        raise invalid(
-            f"'{param}.static.max_chunk_size_tokens' is {size}, but the embedding model "
-            f"{model.name} accepts at most {limit} tokens per chunk; use {limit} or less",
-            param=param,
-        )
-    return ChunkingStrategy(size, overlap)
+    return ChunkingStrategy(asked.static.max_chunk_size_tokens, asked.static.chunk_overlap_tokens)
 
 
 def chunk_lexically(text: str, strategy: ChunkingStrategy) -> list[Chunk]:
@@ -111,18 +107,48 @@ def chunk_lexically(text: str, strategy: ChunkingStrategy) -> list[Chunk]:
     return chunk_text(text, estimate, strategy.max_tokens, strategy.overlap_tokens)
 
 
-async def chunk(embedder: EmbedderClient, text: str, strategy: ChunkingStrategy) -> list[Chunk]:
-    """Chunks text with real model token counts, asking the embedder from a worker thread."""
+def _counter(embedder: EmbedderClient) -> CountTokens:
+    """Token counts from the embedder, for the chunker running in a worker thread."""
     loop = asyncio.get_running_loop()
 
     def count(texts: Sequence[str]) -> list[int]:
         future = asyncio.run_coroutine_threadsafe(embedder.count_tokens(texts), loop)
         return future.result()
 
+    return count
+
+
+async def chunk(embedder: EmbedderClient, text: str, strategy: ChunkingStrategy) -> list[Chunk]:
+    """Chunks text with real model token counts, asking the embedder from a worker thread."""
     special = (await embedder.info()).special_tokens
     return await asyncio.to_thread(
-        chunk_text, text, count, strategy.max_tokens, strategy.overlap_tokens, special
+        chunk_text,
+        text,
+        _counter(embedder),
+        strategy.max_tokens,
+        strategy.overlap_tokens,
+        special,
     )
+
+
+async def windows(embedder: EmbedderClient, chunks: Sequence[Chunk]) -> list[list[Chunk]]:
+    """Each chunk as the texts to embed: itself when it fits the model's window (every chunk
+    of a strategy within it), else overlapping windows that do, cut at natural boundaries as
+    chunks are. The store keeps the first window's vector as the chunk's and finds the chunk
+    by its best window (services/store/windows.py)."""
+    info = await embedder.info()
+    limit = info.max_input_tokens
+    if all(item.tokens <= limit for item in chunks):
+        return [[item] for item in chunks]
+    count = _counter(embedder)
+
+    def cut(item: Chunk) -> list[Chunk]:
+        if item.tokens <= limit:
+            return [item]
+        overlap = (limit - info.special_tokens) // WINDOW_OVERLAP_DIVISOR
+        return chunk_text(item.text, count, limit, overlap, info.special_tokens) or [item]
+
+    return await asyncio.to_thread(lambda: [cut(item) for item in chunks])
 
 
 async def embed_chunks(

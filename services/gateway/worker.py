@@ -239,9 +239,11 @@ class IngestWorkers:
             raise errors.Unavailable(f"no embedder here serves {job.model} now; retrying")
         embedder, info = found
         chunks = await ingest.chunk(embedder, text, strategy)
+        windows = await ingest.windows(embedder, chunks)
         vectors = await ingest.embed_chunks(
-            embedder, chunks, self._settings.batch_size, self._cache
+            embedder, [w for each in windows for w in each], self._settings.batch_size, self._cache
         )
+        counts = [len(each) for each in windows]
         return store_pb2.CompleteJobRequest(
             job_id=job.job_id,
             worker_id=worker_id,
@@ -249,6 +251,8 @@ class IngestWorkers:
             vectors=to_bytes(vectors),
             dimensions=info.dimensions,
             model=info.name,
+            # Empty when every chunk fits the model: one vector each, as always.
+            window_counts=counts if any(count > 1 for count in counts) else [],
         )
 
     async def _renew(self, worker_id: str, job_id: int) -> None:

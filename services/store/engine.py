@@ -21,7 +21,17 @@ from services.store.sql import POSTGRES, Connection, dialect
 
 # Module functions that only maintain an index: without the module there is nothing to keep.
 _MAINTENANCE = frozenset(
-    {"create", "drop", "add", "remove", "create_tables", "drop_tables", "insert", "delete"}
+    {
+        "create",
+        "drop",
+        "add",
+        "remove",
+        "create_tables",
+        "drop_tables",
+        "insert",
+        "insert_windows",
+        "delete",
+    }
 )
 
 

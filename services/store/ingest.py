@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 from services.common.vectors import FloatMatrix, to_bytes
-from services.store import engine, vector_stores
+from services.store import engine, vector_stores, windows
 from services.store.compat import check_indexing, check_vectors
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
@@ -20,9 +20,11 @@ from services.store.vector_stores import lookup
 _FLOAT_BYTES = 4
 
 
-def usage_bytes(texts: Sequence[str], dimensions: int) -> int:
-    """What a file costs a vector store: UTF-8 text bytes plus 4 bytes per vector component."""
-    return sum(len(text.encode()) for text in texts) + _FLOAT_BYTES * dimensions * len(texts)
+def usage_bytes(texts: Sequence[str], dimensions: int, vectors: int | None = None) -> int:
+    """What a file costs a vector store: UTF-8 text bytes plus 4 bytes per vector component
+    (`vectors`: how many, one per text unless a long chunk has several windows)."""
+    count = len(texts) if vectors is None else vectors
+    return sum(len(text.encode()) for text in texts) + _FLOAT_BYTES * dimensions * count
 
 
 def attributes_json(attributes: Mapping[str, AttributeValue]) -> str:
@@ -38,12 +40,16 @@ def attributes_json(attributes: Mapping[str, AttributeValue]) -> str:
     return json.dumps(dict(attributes), sort_keys=True)
 
 
-def check_chunks(chunks: Sequence[ChunkInput], vectors: FloatMatrix) -> None:
-    """Raises InvalidArgument unless there is one usable vector per chunk."""
-    if vectors.ndim != 2 or vectors.shape[0] != len(chunks):
+def check_chunks(
+    chunks: Sequence[ChunkInput], vectors: FloatMatrix, window_counts: Sequence[int] = ()
+) -> None:
+    """Raises InvalidArgument unless there is one usable vector per chunk's window (one
+    window each when `window_counts` is empty)."""
+    if vectors.ndim != 2:
         raise InvalidArgument(
             f"expected one vector per chunk ({len(chunks)}), got an array of shape {vectors.shape}"
         )
+    windows.starts(len(chunks), window_counts, vectors.shape[0])
     check_token_counts(chunks)
     check_vectors(vectors, "vector")
 
@@ -76,9 +82,12 @@ def insert_chunks(
     file_id: str,
     chunks: Sequence[ChunkInput],
     vectors: FloatMatrix | None,
+    window_counts: Sequence[int] = (),
 ) -> None:
     """Writes chunk i with vector i (inside a transaction; the file has no chunks yet),
-    and its full-text row; without vectors, the chunks and their full-text rows only."""
+    and its full-text row; without vectors, the chunks and their full-text rows only. With
+    `window_counts`, `vectors` holds each chunk's windows in turn (windows.py): the first is
+    the chunk's vector, the others go to chunk_windows."""
     conn.executemany(
         "INSERT INTO chunks (vector_store_id, file_id, chunk_index, text, token_count)"
         " VALUES (?, ?, ?, ?, ?)",
@@ -92,11 +101,18 @@ def insert_chunks(
     indexes.fulltext.add(conn, key, [cast(int, row[0]) for row in ids])
     if vectors is None:
         return
+    chunk_ids = [cast(int, row[0]) for row in ids]
+    first = vectors[windows.starts(len(chunks), window_counts, vectors.shape[0])]
     indexes.vectors.insert(
         conn,
         key,
-        [(cast(int, row[0]), to_bytes(vector)) for row, vector in zip(ids, vectors, strict=True)],
+        [(chunk, to_bytes(vector)) for chunk, vector in zip(chunk_ids, first, strict=True)],
     )
+    extra = windows.extra_rows(chunk_ids, window_counts, vectors)
+    if extra:
+        indexes.vectors.insert_windows(
+            conn, key, [(chunk, window, to_bytes(vector)) for chunk, window, vector in extra]
+        )
 
 
 def add_chunks(

@@ -248,8 +248,10 @@ def complete(
     vectors: FloatMatrix | None,
     model: str,
     now: int,
+    window_counts: Sequence[int] = (),
 ) -> VectorStoreFile:
     """Writes the file's chunks and vectors and marks it completed, all in one transaction.
+    `window_counts`: how many of `vectors` each chunk has (windows.py), one each if empty.
 
     Without `vectors` (a lexical pass) the chunks are written with their full-text rows only,
     the file becomes completed with vectors_pending, and the job waits to fill them in. A job
@@ -258,11 +260,12 @@ def complete(
     if vectors is not None:
         if not model:
             raise InvalidArgument("model is required: name the model that produced the vectors")
-        ingest.check_chunks(chunks, vectors)
+        ingest.check_chunks(chunks, vectors, window_counts)
     else:
         ingest.check_token_counts(chunks)
     dimensions = int(vectors.shape[1]) if vectors is not None else 0
-    usage = ingest.usage_bytes([chunk.text for chunk in chunks], dimensions)
+    rows = int(vectors.shape[0]) if vectors is not None else 0
+    usage = ingest.usage_bytes([chunk.text for chunk in chunks], dimensions, rows)
     with atomic(conn):
         job = _held(conn, job_id, worker_id)
         vector_store = vector_stores.lookup_key(conn, job.key)
@@ -279,7 +282,7 @@ def complete(
         # An in-progress file has no chunks (this guards against an earlier bug's leftovers);
         # a lexically indexed one has its provisional chunks, replaced now.
         ingest.delete_chunks(conn, job.key, job.file_id)
-        ingest.insert_chunks(conn, job.key, job.file_id, chunks, vectors)
+        ingest.insert_chunks(conn, job.key, job.file_id, chunks, vectors, window_counts)
         conn.execute(
             "UPDATE vector_store_files SET status = 'completed', chunk_count = ?, usage_bytes = ?,"
             " vectors_pending = ?, last_error_code = '', last_error_message = ''"

@@ -509,6 +509,21 @@ CREATE INDEX files_expiry ON files (expires_at) WHERE expires_at > 0;
 """
 
 
+# A chunk longer than the model's window is embedded as several windows (issue 30): window 0
+# stays the chunk's own vector in vec_<key>; windows 1.. live here, searched exactly and
+# folded into their chunk by its best window. Deleting a chunk deletes its windows.
+_V17_CHUNK_WINDOWS = """
+CREATE TABLE chunk_windows (
+    chunk_id        INTEGER NOT NULL REFERENCES chunks (id) ON DELETE CASCADE,
+    window_index    INTEGER NOT NULL CHECK (window_index > 0),
+    vector_store_id INTEGER NOT NULL,
+    embedding       BLOB    NOT NULL,
+    PRIMARY KEY (chunk_id, window_index)
+) STRICT;
+CREATE INDEX chunk_windows_store ON chunk_windows (vector_store_id, chunk_id);
+"""
+
+
 MIGRATIONS: list[Migration] = [
     _script(_V1_INITIAL),
     _script(_V2_FILES_AND_JOBS),
@@ -526,6 +541,7 @@ MIGRATIONS: list[Migration] = [
     _v14_fulltext_outside,
     _script(_V15_VECTOR_STORES),
     _script(_V16_DESCRIPTION_AND_FILE_EXPIRY),
+    _script(_V17_CHUNK_WINDOWS),
 ]
 
 

@@ -603,8 +603,10 @@ class Repository:
         chunks: Sequence[ChunkInput],
         vectors: npt.ArrayLike | None,
         model: str,
+        window_counts: Sequence[int] = (),
     ) -> VectorStoreFile:
-        """`vectors` None: a lexical pass (jobs.complete)."""
+        """`vectors` None: a lexical pass; `window_counts`: a long chunk's windows
+        (jobs.complete)."""
         return jobs.complete(
             self._conn(),
             job_id=job_id,
@@ -613,6 +615,7 @@ class Repository:
             vectors=None if vectors is None else np.asarray(vectors, dtype=np.float32),
             model=model,
             now=self._now(),
+            window_counts=window_counts,
         )
 
     def fail_job(

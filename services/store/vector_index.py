@@ -177,6 +177,17 @@ def _insert_coarse(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, by
     )
 
 
+def insert_windows(conn: apsw.Connection, key: int, rows: Sequence[tuple[int, int, bytes]]) -> None:
+    """Writes (chunk id, window index, float32 blob) of long chunks' windows 1.. (windows.py;
+    in the caller's transaction). Deleting a chunk deletes them (ON DELETE CASCADE)."""
+    _need_vectors("writing vectors")
+    conn.executemany(
+        "INSERT INTO chunk_windows (chunk_id, window_index, vector_store_id, embedding)"
+        " VALUES (?, ?, ?, ?)",
+        [(chunk, window, key, blob) for chunk, window, blob in rows],
+    )
+
+
 def delete(conn: apsw.Connection, key: int, ids: Sequence[int]) -> None:
     """Deletes the vectors of these chunks (callers leave out chunks known to have none)."""
     if not ids:
@@ -517,6 +528,33 @@ def distances(conn: apsw.Connection, key: int, query: bytes, ids: Sequence[int])
         f" WHERE {column} IN ({marks})"
     )
     return _hits(conn.execute(sql, [query, *ids]).fetchall())
+
+
+def window_distances(
+    conn: apsw.Connection,
+    key: int,
+    query: bytes,
+    *,
+    allowed: Allowed | None = None,
+    ids: Sequence[int] | None = None,
+) -> Hits:
+    """Each chunk's smallest cosine distance to `query` over its windows 1.. (windows.py), for
+    the chunks that have some (of `allowed`, of `ids`): an exact scan of the windows."""
+    sql = (
+        "SELECT chunk_id, min(vec_distance_cosine(embedding, ?)) FROM chunk_windows"
+        " WHERE vector_store_id = ?"
+    )
+    params: list[object] = [query, key]
+    if ids is not None:
+        if not ids:
+            return []
+        sql += f" AND chunk_id IN ({','.join('?' * len(ids))})"
+        params += list(ids)
+    if allowed is not None:
+        sql = f"WITH allowed(id) AS MATERIALIZED ({allowed.ids}) {sql}"
+        sql += " AND chunk_id IN (SELECT id FROM allowed)"
+        params = [*allowed.ids_params, *params]
+    return _hits(conn.execute(sql + " GROUP BY chunk_id", params).fetchall())
 
 
 def _hits(rows: Sequence[Sequence[object]]) -> Hits:

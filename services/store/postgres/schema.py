@@ -335,11 +335,26 @@ CREATE INDEX files_expiry ON files (expires_at) WHERE expires_at > 0;
 """
 
 
+# SQLite's migration 17 (migrations.py says why): windows 1.. of a long chunk, their vectors
+# in a pgvector column, scanned exactly per vector store.
+_V17_CHUNK_WINDOWS = """
+CREATE TABLE chunk_windows (
+    chunk_id        BIGINT  NOT NULL REFERENCES chunks (id) ON DELETE CASCADE,
+    window_index    INTEGER NOT NULL CHECK (window_index > 0),
+    vector_store_id BIGINT  NOT NULL,
+    embedding       vector  NOT NULL,
+    PRIMARY KEY (chunk_id, window_index)
+);
+CREATE INDEX chunk_windows_store ON chunk_windows (vector_store_id, chunk_id);
+"""
+
+
 # Version -> the migration that makes it. The baseline makes BASELINE_VERSION at once; append
 # SQLite's later migrations here under their number.
 MIGRATIONS: dict[int, Migration] = {
     BASELINE_VERSION: _baseline,
     16: _statements(_V16_DESCRIPTION_AND_FILE_EXPIRY),
+    17: _statements(_V17_CHUNK_WINDOWS),
 }
 LATEST = max(MIGRATIONS)
 

@@ -191,6 +191,17 @@ def insert(conn: Connection[Any], key: int, rows: Sequence[tuple[int, bytes]]) -
         )
 
 
+def insert_windows(conn: Connection[Any], key: int, rows: Sequence[tuple[int, int, bytes]]) -> None:
+    """Writes (chunk id, window index, float32 bytes) of long chunks' windows 1..
+    (windows.py); deleting a chunk deletes them (ON DELETE CASCADE)."""
+    with _cursor(conn) as cursor:
+        cursor.executemany(
+            "INSERT INTO chunk_windows (chunk_id, window_index, vector_store_id, embedding)"
+            " VALUES (%s, %s, %s, %s::vector)",
+            [(chunk, window, key, Vector(blob)) for chunk, window, blob in rows],
+        )
+
+
 def delete(conn: Connection[Any], key: int, ids: Sequence[int]) -> None:
     """Nothing: a chunk's vector is a column of its row, deleted with it."""
 
@@ -330,6 +341,38 @@ def distances(conn: Connection[Any], key: int, query: bytes, ids: Sequence[int])
     WHERE id = ANY(%s) AND vector_store_id = {key:d} AND embedding IS NOT NULL
     """
     return _hits(_run(conn, sql, [Vector(query), list(ids)]))
+
+
+def window_distances(
+    conn: Connection[Any],
+    key: int,
+    query: bytes,
+    *,
+    files: Sequence[str] | None = None,
+    ids: Sequence[int] | None = None,
+) -> Hits:
+    """Each chunk's smallest cosine distance (float32) to `query` over its windows 1..
+    (windows.py), for the chunks that have some (of `files`, of `ids`): an exact scan of the
+    vector store's windows, which only long chunks have."""
+    if (ids is not None and not ids) or (files is not None and not files):
+        return []
+    sql = (
+        "SELECT chunk_id, min((embedding <=> %(query)s::vector)::real) FROM chunk_windows"
+        f" WHERE vector_store_id = {key:d}"
+    )
+    if ids is not None:
+        sql += " AND chunk_id = ANY(%(ids)s)"
+    if files is not None:
+        sql += (
+            f" AND chunk_id IN (SELECT id FROM chunks WHERE vector_store_id = {key:d}"
+            " AND file_id = ANY(%(files)s))"
+        )
+    params = {
+        "query": Vector(query),
+        "ids": None if ids is None else list(ids),
+        "files": None if files is None else list(files),
+    }
+    return _hits(_run(conn, sql + " GROUP BY chunk_id", params))
 
 
 def _hits(rows: Sequence[Sequence[object]]) -> Hits:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from services.store import engine, vector_index
+from services.store import engine, vector_index, windows
 from services.store.compat import check_query
 from services.store.records import VectorStore
 from services.store.search.filters import MATCHING_FILES_SQL, matching_files
@@ -72,8 +72,12 @@ def ranked(
 def scores_of(conn: Connection, key: int, query: bytes, ids: Sequence[int]) -> dict[int, float]:
     """The exact scores (score_from_distance) of `query` against these chunks, inside the
     caller's read transaction: hybrid search's evidence for a chunk only the words found."""
-    found = engine.of(conn).vectors.distances(conn, key, query, ids)
-    return {chunk_key: score_from_distance(distance) for chunk_key, distance in found}
+    vectors = engine.of(conn).vectors
+    best = dict(vectors.distances(conn, key, query, ids))
+    if windows.present(conn, key):
+        for chunk_key, distance in vectors.window_distances(conn, key, query, ids=ids):
+            best[chunk_key] = min(best.get(chunk_key, distance), distance)
+    return {chunk_key: score_from_distance(distance) for chunk_key, distance in best.items()}
 
 
 Nearest = Callable[
@@ -102,8 +106,9 @@ def _sqlite_nearest(
     exact: bool,
 ) -> Sequence[tuple[int, float]]:
     """Unfiltered searches over the resident copy when it is there; the rest in SQLite's
-    tables, a filter as the rowids it allows."""
+    tables, a filter as the rowids it allows; long chunks' windows folded in (windows.py)."""
     vectors = engine.of(conn).vectors
+    allowed = allowed_chunks(key, *condition) if condition is not None else None
     found = None
     if condition is None:
         found = vectors.resident_nearest(
@@ -118,7 +123,6 @@ def _sqlite_nearest(
             exact=exact,
         )
     if found is None:
-        allowed = allowed_chunks(key, *condition) if condition is not None else None
         found = vectors.nearest_ids(
             conn,
             key,
@@ -130,7 +134,11 @@ def _sqlite_nearest(
             allowed=allowed,
             exact=exact,
         )
-    return cast(Sequence[tuple[int, float]], found)
+    hits = cast(Sequence[tuple[int, float]], found)
+    if not windows.present(conn, key):
+        return hits
+    extra = vectors.window_distances(conn, key, query, allowed=allowed)
+    return windows.fold(hits, extra, k, lambda ids: vectors.distances(conn, key, query, ids))
 
 
 def _postgres_nearest(
@@ -144,9 +152,11 @@ def _postgres_nearest(
     exact: bool,
 ) -> Sequence[tuple[int, float]]:
     """pgvector's HNSW index of the vector store (postgres/vectors.py), a filter as the files
-    it allows; the buffer cache, not a copy of ours, holds the index."""
+    it allows; the buffer cache, not a copy of ours, holds the index. Long chunks' windows
+    folded in (windows.py)."""
     files = matching_files(conn, key, condition) if condition is not None else None
-    found = engine.of(conn).vectors.nearest_ids(
+    vectors = engine.of(conn).vectors
+    found = vectors.nearest_ids(
         conn,
         key,
         query,
@@ -156,7 +166,11 @@ def _postgres_nearest(
         files=files,
         exact=exact,
     )
-    return cast(Sequence[tuple[int, float]], found)
+    hits = cast(Sequence[tuple[int, float]], found)
+    if (files is not None and not files) or not windows.present(conn, key):
+        return hits
+    extra = vectors.window_distances(conn, key, query, files=files)
+    return windows.fold(hits, extra, k, lambda ids: vectors.distances(conn, key, query, ids))
 
 
 # The one place the two engines' vector searches differ in their inputs.

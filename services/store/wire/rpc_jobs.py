@@ -50,13 +50,15 @@ class JobRpcs(RpcBase):
     ) -> pb.VectorStoreFile:
         def work() -> pb.VectorStoreFile:
             chunks = chunks_from_message(list(request.chunks))
+            counts = list(request.window_counts)
+            rows = sum(counts) if counts else len(chunks)
             vectors = (
                 None
                 if request.lexical
-                else decode_vectors(request.vectors, request.dimensions, len(chunks))
+                else decode_vectors(request.vectors, request.dimensions, rows)
             )
             record = self._repository.complete_job(
-                request.job_id, request.worker_id, chunks, vectors, request.model
+                request.job_id, request.worker_id, chunks, vectors, request.model, counts
             )
             return vector_store_file_message(record)
 
