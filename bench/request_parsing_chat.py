@@ -474,7 +474,8 @@ def old_response(body: dict[str, Any]) -> tuple[Any, ...]:
     if not isinstance(stream, bool):
         raise InvalidRequest("'stream' must be a boolean", param="stream")
     turn, tools = old_turn_request(body, "smollm2")
-    return stream, turn, _tools_read(tools)
+    # The same steps as new_response's (its tools compared apart).
+    return stream, replace(turn, tools=NewTools()), _tools_read(tools)
 
 
 def new_response(body: dict[str, Any]) -> tuple[Any, ...]:

@@ -28,6 +28,7 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+from pydantic.functional_validators import ModelWrapValidatorHandler
 
 from services.common.vocabulary import MAX_NEW_ITEMS
 from services.gateway.chat.items import ChatItem, parse_items
@@ -205,32 +206,38 @@ class ResponseCreate(RequestModel):
     model_config = ConfigDict(
         json_schema_extra={"not": {"required": ["conversation", "previous_response_id"]}}
     )
-    _tools: Tools = PrivateAttr(default_factory=Tools)
+    _tools: Tools = PrivateAttr()
 
-    @model_validator(mode="after")
-    def _consistent(self) -> ResponseCreate:
-        if self.conversation_id and self.previous_response_id:
+    @model_validator(mode="wrap")
+    @classmethod
+    def _consistent(
+        cls, sent: Any, handler: ModelWrapValidatorHandler[ResponseCreate]
+    ) -> ResponseCreate:
+        """The members that must agree, and the tools read with `sent` (the body as the
+        client sent it: its tools and tool_choice are echoed so)."""
+        asked = handler(sent)
+        if asked.conversation_id and asked.previous_response_id:
             raise fail(
                 "invalid_value",
                 "send 'conversation' or 'previous_response_id', not both",
                 "conversation",
             )
-        if self.conversation_id and not self.store:
+        if asked.conversation_id and not asked.store:
             raise fail(
                 "invalid_value",
                 "a response in a conversation is stored: drop 'store': false or 'conversation'",
                 "store",
             )
-        if self.background and not self.store:
+        if asked.background and not asked.store:
             raise fail(
                 "invalid_value",
                 "a background response is stored: drop 'store': false",
                 "background",
             )
-        self._tools = tools(
-            self.tools, self.tool_choice, self.parallel_tool_calls, self.max_tool_calls
+        asked._tools = tools(
+            asked.tools, asked.tool_choice, asked.parallel_tool_calls, asked.max_tool_calls, sent
         )
-        return self
+        return asked
 
     @property
     def conversation_id(self) -> str:

@@ -20,12 +20,9 @@ from pydantic import (
     BeforeValidator,
     Discriminator,
     Field,
-    PrivateAttr,
     Tag,
     WithJsonSchema,
-    model_validator,
 )
-from pydantic.functional_validators import ModelWrapValidatorHandler
 
 from services.common.vocabulary import MAX_SEARCH_RESULTS
 from services.gateway.requests import Param, RequestModel, Text, fail
@@ -73,26 +70,7 @@ FunctionName = Annotated[
 JsonSchema = Annotated[dict[str, Any], Field(description="a JSON Schema")]
 
 
-class Echoed(RequestModel):
-    """A body part the response echoes as the client sent it (`sent`: unknown members and
-    all)."""
-
-    _sent: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep(cls, data: Any, handler: ModelWrapValidatorHandler[Echoed]) -> Echoed:
-        read = handler(data)
-        if isinstance(data, dict):
-            read._sent = data
-        return read
-
-    @property
-    def sent(self) -> dict[str, Any]:
-        return self._sent
-
-
-class FileSearchTool(Echoed):
+class FileSearchTool(RequestModel):
     """The hosted tool: ragd searches the vector stores (one or two, as OpenAI allows)."""
 
     type: Literal["file_search"]
@@ -118,7 +96,7 @@ class FileSearchTool(Echoed):
         return self.ranking_options.vector_weight()
 
 
-class FunctionTool(Echoed):
+class FunctionTool(RequestModel):
     """A function the model may call and the client runs."""
 
     type: Literal["function"]
@@ -189,16 +167,16 @@ ToolList = Annotated[
 ]
 
 
-class HostedChoice(Echoed):
+class HostedChoice(RequestModel):
     type: Literal["file_search"]
 
 
-class FunctionChoice(Echoed):
+class FunctionChoice(RequestModel):
     type: Literal["function"]
     name: str
 
 
-class AllowedTools(Echoed):
+class AllowedTools(RequestModel):
     """A mode and the tools it covers ({"type": "file_search"}, {"type": "function",
     "name": ...})."""
 
@@ -249,10 +227,8 @@ class Tools:
     parallel: bool = True
     # Calls of the hosted tool in one turn at most (OpenAI's max_tool_calls).
     max_calls: int | None = None
-
-    @property
-    def echo(self) -> list[dict[str, Any]]:
-        return [tool.sent for tool in self.searches] + [tool.sent for tool in self.functions]
+    # The tools as the client sent them (unknown members and all), echoed.
+    echo: list[dict[str, Any]] = field(default_factory=list)
 
     def offered(self, search: bool) -> list[dict[str, Any]]:
         """The chat-completions tools of a round: the client's functions, and file_search
@@ -280,39 +256,47 @@ def tools(
     choice: str | HostedChoice | FunctionChoice | AllowedTools | None,
     parallel: bool | None,
     max_calls: int | None,
+    sent: Any,
 ) -> Tools:
-    """A request's tools, read (ToolList, ChoiceBody): the choice must name tools the request
-    has (a PydanticCustomError naming tool_choice otherwise)."""
+    """A request's tools, read (ToolList, ChoiceBody) from `sent`, the body as the client
+    sent it (its tools and tool_choice are echoed so): the choice must name tools the
+    request has (a PydanticCustomError naming tool_choice otherwise)."""
     searches = [tool for tool in listed if isinstance(tool, FileSearchTool)]
     functions = [tool for tool in listed if isinstance(tool, FunctionTool)]
+    raw = list(zip(listed, sent.get("tools") or [], strict=True))
     return Tools(
         searches=searches,
         functions=functions,
-        choice=_choice(choice, {tool.name for tool in functions}, bool(searches)),
+        choice=_choice(
+            choice, sent.get("tool_choice"), {tool.name for tool in functions}, bool(searches)
+        ),
         parallel=True if parallel is None else parallel,
         max_calls=max_calls,
+        echo=[r for t, r in raw if isinstance(t, FileSearchTool)]
+        + [r for t, r in raw if isinstance(t, FunctionTool)],
     )
 
 
 def _choice(
     choice: str | HostedChoice | FunctionChoice | AllowedTools | None,
+    sent: Any,
     functions: set[str],
     searches: bool,
 ) -> ToolChoice:
     if choice is None:
         return ToolChoice()
     if isinstance(choice, str):
-        return ToolChoice(mode=choice, raw=choice)
+        return ToolChoice(mode=choice, raw=sent)
     if isinstance(choice, HostedChoice):
         if not searches:
             raise _lacking("'tool_choice' asks for file_search, which 'tools' lacks")
-        return ToolChoice(mode="required", name=FILE_SEARCH, raw=choice.sent)
+        return ToolChoice(mode="required", name=FILE_SEARCH, raw=sent)
     if isinstance(choice, FunctionChoice):
         if choice.name not in functions:
             raise _lacking(
                 f"'tool_choice' names the function {choice.name[:64]!r}, which 'tools' lacks"
             )
-        return ToolChoice(mode="required", name=choice.name, raw=choice.sent)
+        return ToolChoice(mode="required", name=choice.name, raw=sent)
     allowed = set()
     for tool in choice.tools:
         kind = tool.get("type")
@@ -324,7 +308,7 @@ def _choice(
             raise _lacking(
                 f"'tool_choice.tools' lists {json.dumps(tool)[:80]}, which 'tools' lacks"
             )
-    return ToolChoice(mode=choice.mode, allowed=frozenset(allowed), raw=choice.sent)
+    return ToolChoice(mode=choice.mode, allowed=frozenset(allowed), raw=sent)
 
 
 def _lacking(message: str) -> Exception:
