@@ -40,7 +40,7 @@ WEATHER: dict[str, Any] = {
         "additionalProperties": False,
     },
 }
-_UPSTREAM_TOOLS = [FunctionTool("get_weather", WEATHER).upstream()]
+_UPSTREAM_TOOLS = [FunctionTool.model_validate(WEATHER).upstream()]
 
 
 def _ragd(http: httpx.Client) -> tuple[float, float]:

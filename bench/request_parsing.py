@@ -3,7 +3,7 @@ model (services/gateway/requests.py) against the hand-written checks it replaced
 below as the baseline, on the same decoded bodies in the same run. Parsing only: the JSON is
 decoded once beforehand, as json_body does before either.
 
-    python -m bench.request_parsing [--repeats 7] [--number 2000]
+    python -m bench.request_parsing [--repeats 7] [--number 2000] [--only response]
 
 Prints a table (median microseconds per body, and the ratio) for BENCHMARKS.md.
 """
@@ -17,6 +17,21 @@ import timeit
 from collections.abc import Callable
 from typing import Any
 
+from bench.params_before import (
+    metadata,
+    optional_int,
+    optional_number,
+    optional_object,
+    optional_str,
+)
+from bench.request_parsing_chat import (
+    CHAT_BODIES,
+    RESPONSE_BODIES,
+    new_chat,
+    new_response,
+    old_chat,
+    old_response,
+)
 from services.common.vocabulary import (
     DEFAULT_SEARCH_MODE,
     MAX_DESCRIPTION_CHARS,
@@ -34,13 +49,6 @@ from services.gateway.chat.items import parse_items
 from services.gateway.conversation_bodies import ConversationCreate
 from services.gateway.errors import invalid
 from services.gateway.filters import parse_filter
-from services.gateway.params import (
-    metadata,
-    optional_int,
-    optional_number,
-    optional_object,
-    optional_str,
-)
 from services.gateway.requests import parse
 from services.gateway.routes.embeddings import EmbeddingRequest
 from services.gateway.search import Search
@@ -293,15 +301,26 @@ FAMILIES: list[tuple[str, Callable[[dict[str, Any]], Any], Callable[[dict[str, A
     *((name, old_create, new_create) for name in CREATE_BODIES),
     *((name, old_embeddings, new_embeddings) for name in EMBEDDING_BODIES),
     *((name, old_conversation, new_conversation) for name in CONVERSATION_BODIES),
+    *((name, old_response, new_response) for name in RESPONSE_BODIES),
+    *((name, old_chat, new_chat) for name in CHAT_BODIES),
 ]
-BODIES = {**SEARCH_BODIES, **CREATE_BODIES, **EMBEDDING_BODIES, **CONVERSATION_BODIES}
+BODIES = {
+    **SEARCH_BODIES,
+    **CREATE_BODIES,
+    **EMBEDDING_BODIES,
+    **CONVERSATION_BODIES,
+    **RESPONSE_BODIES,
+    **CHAT_BODIES,
+}
 
 
-def measure(repeats: int, number: int) -> list[tuple[str, float, float]]:
+def measure(repeats: int, number: int, only: str = "") -> list[tuple[str, float, float]]:
     """Median microseconds per body, old and new alternating within each repeat, so that a
     noisy neighbour slows both alike."""
     rows = []
     for name, old, new in FAMILIES:
+        if not name.startswith(only):
+            continue
         body = BODIES[name]
         # Same answer both ways, else the comparison means nothing.
         assert old(body) == new(body), name
@@ -328,8 +347,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--number", type=int, default=2000)
+    parser.add_argument("--only", default="", help="the bodies whose name starts so")
     args = parser.parse_args()
-    rows = measure(args.repeats, args.number)
+    rows = measure(args.repeats, args.number, args.only)
     print(f"Python {platform.python_version()}, median of {args.repeats} x {args.number}")
     print(table(rows))
 

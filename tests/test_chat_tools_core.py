@@ -3,15 +3,38 @@ tool_choice, the queries of a model's search. No server."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from services.gateway.chat import context
 from services.gateway.chat.items import ChatItem, chat_messages, check_calls, message
-from services.gateway.chat.tools import FILE_SEARCH, parse, search_queries
+from services.gateway.chat.requests import ResponseCreate
+from services.gateway.chat.tools import FILE_SEARCH, Tools, search_queries
 from services.gateway.errors import InvalidRequest
+from services.gateway.requests import parse
 
 FUNCTION = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
 SEARCH = {"type": "file_search", "vector_store_ids": ["vs_1"]}
+
+
+def read(
+    tools: list[dict[str, Any]],
+    choice: Any = None,
+    parallel: bool | None = None,
+    max_calls: int | None = None,
+    *,
+    can_call: bool = True,
+) -> Tools:
+    """A request's tools as a Responses body reads them."""
+    body = {
+        "input": "x",
+        "tools": tools,
+        "tool_choice": choice,
+        "parallel_tool_calls": parallel,
+        "max_tool_calls": max_calls,
+    }
+    return parse(ResponseCreate, body).turn("m", can_call).tools
 
 
 def call(call_id: str, name: str = "get_weather") -> ChatItem:
@@ -67,7 +90,7 @@ def test_the_requests_calls_and_results_must_pair() -> None:
 
 
 def test_tools_offered_to_the_model_and_tool_choice() -> None:
-    tools = parse([SEARCH, FUNCTION], {"type": "file_search"}, None, 2, can_call=True)
+    tools = read([SEARCH, FUNCTION], {"type": "file_search"}, None, 2, can_call=True)
     names = [tool["function"]["name"] for tool in tools.offered(search=True)]
     assert names == ["get_weather", FILE_SEARCH]
     assert [tool["function"]["name"] for tool in tools.offered(search=False)] == ["get_weather"]
@@ -78,7 +101,7 @@ def test_tools_offered_to_the_model_and_tool_choice() -> None:
     assert tools.upstream_choice(first=False) == "auto"
     assert tools.max_calls == 2 and tools.parallel is True
     assert tools.echo == [SEARCH, FUNCTION]
-    limited = parse(
+    limited = read(
         [SEARCH, FUNCTION],
         {"type": "allowed_tools", "mode": "required", "tools": [{"type": "file_search"}]},
         False,
@@ -87,9 +110,9 @@ def test_tools_offered_to_the_model_and_tool_choice() -> None:
     )
     assert [tool["function"]["name"] for tool in limited.offered(True)] == [FILE_SEARCH]
     assert limited.upstream_choice(first=True) == "required" and limited.parallel is False
-    assert parse([FUNCTION], "none", None, None, can_call=True).offered(True) == []
+    assert read([FUNCTION], "none", None, None, can_call=True).offered(True) == []
     with pytest.raises(InvalidRequest):
-        parse([FUNCTION], None, None, None, can_call=False)
+        read([FUNCTION], None, None, None, can_call=False)
 
 
 @pytest.mark.parametrize(

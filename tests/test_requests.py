@@ -16,7 +16,7 @@ from services.gateway.admin_bodies import (
     RestoreRequest,
 )
 from services.gateway.app import ROUTES
-from services.gateway.chat.tools import parse as parse_tools
+from services.gateway.chat.requests import INCLUDABLES, ChatCompletionRequest, ResponseCreate
 from services.gateway.conversation_bodies import (
     ConversationCreate,
     ConversationUpdate,
@@ -434,9 +434,240 @@ def test_a_file_search_tool_reads_its_ranking_options_as_a_search_does(
 ) -> None:
     tool = {"type": "file_search", "vector_store_ids": ["vs_1"], "ranking_options": ranking}
     with pytest.raises(InvalidRequest) as refused:
-        parse_tools([tool], None, None, None, True)
+        parse(ResponseCreate, {"input": "x", "tools": [tool]})
     assert (refused.value.param, refused.value.code) == ("tools", "invalid_value")
     assert message in refused.value.message
     good = {"score_threshold": 0.3, "hybrid_search": {"embedding_weight": 3, "text_weight": 1}}
-    (search,) = parse_tools([{**tool, "ranking_options": good}], None, None, None, True).searches
+    body = {"input": "x", "tools": [{**tool, "ranking_options": good}]}
+    (search,) = parse(ResponseCreate, body).turn("m").tools.searches
     assert (search.score_threshold, search.vector_weight) == (0.3, 0.75)
+
+
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+SEARCH_TOOL = {"type": "file_search", "vector_store_ids": ["vs_1"]}
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code", "message"),
+    [
+        ({}, "input", "missing_required_parameter", "'input' is required"),
+        ({"input": None}, "input", "missing_required_parameter", "'input' is required"),
+        ({"input": []}, "input", "invalid_value", "non-empty array of items"),
+        ({"input": "x", "model": 5}, "model", "invalid_type", "'model' must be a string"),
+        ({"input": "x", "model": "m" * 257}, "model", "string_too_long", "256 characters"),
+        ({"input": "x", "store": "yes"}, "store", "invalid_type", "'store' must be a boolean"),
+        ({"input": "x", "temperature": 3}, "temperature", "invalid_value", "between 0 and 2"),
+        ({"input": "x", "top_p": "1"}, "top_p", "invalid_type", "'top_p' must be a number"),
+        ({"input": "x", "max_output_tokens": 8}, "max_output_tokens", "invalid_value", "16"),
+        ({"input": "x", "top_logprobs": 21}, "top_logprobs", "invalid_value", "between 0 and 20"),
+        ({"input": "x", "truncation": "some"}, "truncation", "invalid_value", "auto, disabled"),
+        ({"input": "x", "include": ["nonsense"]}, "include", "invalid_value", "'include[0]'"),
+        ({"input": "x", "metadata": {"k": 1}}, "metadata", "invalid_type", "'metadata.k'"),
+        ({"input": "x", "user": "\ud800"}, "user", "invalid_value", "lone surrogate"),
+        ({"input": "x", "conversation": 5}, "conversation", "invalid_value", "or {'id': ...}"),
+        ({"input": "x", "conversation": {"id": ""}}, "conversation", "invalid_value", "empty"),
+        (
+            {"input": "x", "conversation": "c", "previous_response_id": "r"},
+            "conversation",
+            "invalid_value",
+            "not both",
+        ),
+        ({"input": "x", "conversation": "c", "store": False}, "store", "invalid_value", "stored"),
+        ({"input": "x", "background": True, "store": False}, "background", "invalid_value", ""),
+        ({"input": "x", "prompt": {"id": "p"}}, "prompt", "invalid_value", "no prompt templates"),
+        ({"input": "x", "text": []}, "text", "invalid_type", "'text' must be an object"),
+        (
+            {"input": "x", "text": {"format": {"type": "yaml"}}},
+            "text.format",
+            "invalid_value",
+            "'text.format.type' must be one of text, json_object, json_schema",
+        ),
+        (
+            {
+                "input": "x",
+                "text": {"format": {"type": "json_schema", "name": "a b", "schema": {}}},
+            },
+            "text.format.name",
+            "invalid_value",
+            "'text.format.name' must be 1-64 letters",
+        ),
+        (
+            {"input": "x", "text": {"format": {"type": "json_schema", "name": "a"}}},
+            "text.format.schema",
+            "missing_required_parameter",
+            "'text.format.schema' is required",
+        ),
+        (
+            {
+                "input": "x",
+                "text": {"format": {"type": "json_schema", "name": "a", "schema": {}, "strict": 1}},
+            },
+            "text.format.strict",
+            "invalid_type",
+            "'text.format.strict' must be a boolean",
+        ),
+        ({"input": "x", "text": {"verbosity": "loud"}}, "text.verbosity", "invalid_value", "low"),
+        ({"input": "x", "reasoning": {"effort": "max"}}, "reasoning.effort", "invalid_value", ""),
+        ({"input": "x", "reasoning": {"summary": 1}}, "reasoning.summary", "invalid_value", ""),
+        ({"input": "x", "tools": {}}, "tools", "invalid_type", "'tools' must be an array"),
+        ({"input": "x", "tools": [5]}, "tools", "invalid_type", "'tools[0]' must be an object"),
+        (
+            {"input": "x", "tools": [{"type": "web_search"}]},
+            "tools",
+            "unsupported_tool",
+            "'tools[0]': ragd runs file_search itself and passes function tools to the model; "
+            "it has no 'web_search' tool",
+        ),
+        (
+            {"input": "x", "tools": [SEARCH_TOOL, {**WEATHER, "name": "has space"}]},
+            "tools",
+            "invalid_value",
+            "'tools[1].name' must be 1-64 letters",
+        ),
+        (
+            {"input": "x", "tools": [{**WEATHER, "parameters": "x"}]},
+            "tools",
+            "invalid_type",
+            "'tools[0].parameters' must be an object",
+        ),
+        (
+            {"input": "x", "tools": [{**SEARCH_TOOL, "vector_store_ids": ["a", "b", "c"]}]},
+            "tools",
+            "invalid_value",
+            "'tools[0].vector_store_ids' can have at most 2 items",
+        ),
+        (
+            {"input": "x", "tools": [{**SEARCH_TOOL, "max_num_results": 0}]},
+            "tools",
+            "invalid_value",
+            "'tools[0].max_num_results' must be between 1 and",
+        ),
+        ({"input": "x", "tools": [WEATHER, WEATHER]}, "tools", "invalid_value", "twice"),
+        (
+            {"input": "x", "tools": [SEARCH_TOOL, {**WEATHER, "name": "file_search"}]},
+            "tools",
+            "invalid_value",
+            "may not be named 'file_search'",
+        ),
+        (
+            {"input": "x", "tool_choice": "sometimes"},
+            "tool_choice",
+            "invalid_value",
+            "'tool_choice' must be one of auto, none, required, {'type': 'function'",
+        ),
+        (
+            {"input": "x", "tool_choice": {"type": "file_search"}},
+            "tool_choice",
+            "invalid_value",
+            "asks for file_search, which 'tools' lacks",
+        ),
+        (
+            {"input": "x", "tools": [WEATHER], "tool_choice": {"type": "function", "name": "f"}},
+            "tool_choice",
+            "invalid_value",
+            "names the function 'f', which 'tools' lacks",
+        ),
+        (
+            {
+                "input": "x",
+                "tools": [WEATHER],
+                "tool_choice": {"type": "allowed_tools", "tools": [{"type": "file_search"}]},
+            },
+            "tool_choice",
+            "invalid_value",
+            "'tool_choice.tools' lists",
+        ),
+        (
+            {"input": "x", "tool_choice": {"type": "allowed_tools", "mode": "x", "tools": []}},
+            "tool_choice",
+            "invalid_value",
+            "'tool_choice.mode' must be one of auto, required",
+        ),
+        ({"input": "x", "parallel_tool_calls": "y"}, "parallel_tool_calls", "invalid_type", ""),
+        ({"input": "x", "max_tool_calls": 0}, "max_tool_calls", "invalid_value", "between 1"),
+    ],
+)
+def test_a_bad_response_body_names_its_field(
+    body: dict[str, Any], param: str, code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(ResponseCreate, body).turn("m")
+    assert (refused.value.param, refused.value.code) == (param, code), refused.value.message
+    assert message in refused.value.message
+
+
+def test_function_tools_need_an_upstream_that_calls_tools() -> None:
+    asked = parse(ResponseCreate, {"input": "x", "tools": [SEARCH_TOOL, WEATHER]})
+    with pytest.raises(InvalidRequest) as refused:
+        asked.turn("m", can_call=False)
+    assert (refused.value.param, refused.value.code) == ("tools", "unsupported_tool")
+    assert "'tools[1]'" in refused.value.message
+
+
+def test_a_response_body_reads_as_a_turn() -> None:
+    sent = {**WEATHER, "x-unknown": 1}
+    schema = {"type": "json_schema", "name": "a", "schema": {"type": "object"}}
+    turn = parse(
+        ResponseCreate,
+        {
+            "input": "hello",
+            "model": "",
+            "conversation": {"id": "conv_1"},
+            "tools": [SEARCH_TOOL, sent],
+            "tool_choice": {"type": "function", "name": "get_weather"},
+            "include": ["message.output_text.logprobs"],
+            "text": {"format": schema, "verbosity": "low"},
+            "reasoning": {"generate_summary": "auto"},
+            "temperature": 1,
+            "unknown": "ignored",
+        },
+    ).turn("default")
+    assert (turn.model, turn.conversation_id, turn.top_logprobs) == ("default", "conv_1", 0)
+    assert turn.inputs[0].text == "hello" and turn.temperature == 1.0
+    # The tools are echoed as sent, unknown members and all.
+    assert turn.tools.echo == [SEARCH_TOOL, sent]
+    assert (turn.tools.choice.mode, turn.tools.choice.name) == ("required", "get_weather")
+    assert turn.text == {"format": {**schema, "strict": False}, "verbosity": "low"}
+    assert turn.reasoning == {"effort": None, "summary": "auto"}
+    plain = parse(ResponseCreate, {"input": "x", "text": None, "stream": None}).turn("m")
+    assert plain.text == {"format": {"type": "text"}} and plain.tools.choice.raw == "auto"
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "message"),
+    [
+        ({}, "missing_required_parameter", "'messages' is required"),
+        ({"messages": []}, "invalid_value", "'messages' must not be empty"),
+        ({"messages": [{"content": "x"}]}, "missing_required_parameter", "'messages[0].role'"),
+        ({"messages": [{"role": 5}]}, "invalid_type", "'messages[0].role' must be a string"),
+    ],
+)
+def test_a_bad_chat_completion_body_names_its_field(
+    body: dict[str, Any], code: str, message: str
+) -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse(ChatCompletionRequest, body)
+    assert (refused.value.param, refused.value.code) == ("messages", code)
+    assert message in refused.value.message
+    with pytest.raises(InvalidRequest) as refused:
+        parse(ChatCompletionRequest, {"messages": [{"role": "user"}], "stream": "yes"})
+    assert (refused.value.param, refused.value.code) == ("stream", "invalid_type")
+
+
+def test_the_chat_bodies_schemas_are_the_models() -> None:
+    schemas = build_spec(ROUTES)["components"]["schemas"]
+    response = schemas["ResponseCreate"]
+    assert response["required"] == ["input"]
+    assert response["properties"]["include"]["items"]["enum"] == list(INCLUDABLES)
+    assert response["not"] == {"required": ["conversation", "previous_response_id"]}
+    tool = response["properties"]["tools"]["items"]["oneOf"]
+    assert tool == [
+        {"$ref": "#/components/schemas/FileSearchTool"},
+        {"$ref": "#/components/schemas/FunctionTool"},
+    ]
+    assert schemas["FileSearchTool"]["properties"]["ranking_options"]["$ref"].endswith(
+        "/RankingOptions"
+    )
+    assert schemas["SchemaFormat"]["required"] == ["type", "name", "schema"]
+    chat = schemas["ChatCompletionRequest"]
+    assert chat["required"] == ["messages"] and "X-Ragd-Conversation" in chat["description"]

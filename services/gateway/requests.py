@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainValidator,
+    Tag,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -47,9 +48,12 @@ from services.gateway.schemas import ATTRIBUTE, Schema
 @dataclass(frozen=True)
 class Param:
     """Field metadata: the `param` its errors name, where that is not the body's member (the
-    hand-written checks named some nested fields by their own name)."""
+    hand-written checks named some nested fields by their own name). `whole`: every error
+    inside the field names it, even one of a nested field with a Param of its own (a
+    response's tools are all "tools")."""
 
     name: str
+    whole: bool = False
 
 
 class RequestModel(BaseModel):
@@ -102,13 +106,12 @@ _PYDANTIC_TYPES = frozenset(typing.get_args(ErrorType))
 
 
 def refusal(model: type[BaseModel], problem: ErrorDetails, at: str = "") -> InvalidRequest:
-    fields = _fields_along(model, problem["loc"])
-    path = _path([at, *problem["loc"]] if at else problem["loc"])
-    param = next((p.name for f in reversed(fields) for p in f.metadata if isinstance(p, Param)), "")
+    fields, loc = _walk(model, problem["loc"])
+    path = _path([at, *loc] if at else loc)
+    params = [p for f in fields for p in f.metadata if isinstance(p, Param)]
+    param = next((p.name for p in params if p.whole), params[-1].name if params else "")
     kind, given, context = problem["type"], problem.get("input"), problem.get("ctx") or {}
-    param = (
-        at or context.get("param") or param or (str(problem["loc"][0]) if problem["loc"] else "")
-    )
+    param = at or context.get("param") or param or (str(loc[0]) if loc else "")
     if kind == "missing":
         return InvalidRequest(
             f"'{path}' is required", param=param, code="missing_required_parameter"
@@ -174,20 +177,41 @@ def _bounds(field: FieldInfo) -> tuple[float, float]:
     return low, high
 
 
-def _fields_along(model: type[BaseModel], loc: Sequence[int | str]) -> list[FieldInfo]:
-    """The fields an error's location passes through, outermost first."""
+def _walk(
+    model: type[BaseModel], loc: Sequence[int | str]
+) -> tuple[list[FieldInfo], list[int | str]]:
+    """The fields an error's location passes through, outermost first, and the location as
+    the client wrote it: without the tags pydantic puts in it for a tagged union's member."""
     found: list[FieldInfo] = []
+    shown: list[int | str] = []
     current: Any = model
     for part in loc:
-        if isinstance(part, int):
-            continue
-        fields = getattr(current, "model_fields", None)
-        if not isinstance(fields, dict) or part not in fields:
-            continue
-        field = fields[part]
-        found.append(field)
-        current = _model_in(field.annotation)
-    return found
+        if isinstance(part, str):
+            member = _tagged(current, part)
+            if member is not None:
+                current = member
+                continue
+            fields = getattr(_model_in(current), "model_fields", None)
+            named = {f.alias or name: f for name, f in (fields or {}).items()}
+            if part in named:
+                found.append(named[part])
+                current = named[part].annotation
+        shown.append(part)
+    return found, shown
+
+
+def _tagged(annotation: Any, tag: str) -> Any:
+    """The member of a tagged union (in `annotation`) whose Tag is `tag`."""
+    if typing.get_origin(annotation) is Annotated:
+        inner, *extras = typing.get_args(annotation)
+        if any(isinstance(extra, Tag) and extra.tag == tag for extra in extras):
+            return inner
+        return _tagged(inner, tag)
+    for arg in typing.get_args(annotation):
+        member = _tagged(arg, tag)
+        if member is not None:
+            return member
+    return None
 
 
 def _model_in(annotation: Any) -> Any:

@@ -28,27 +28,18 @@ from services.pb import store_pb2
 _SETTINGS = ("temperature", "top_p")
 
 
-def check(body: dict[str, Any], *, recorded: bool = False) -> list[dict[str, Any]]:
-    """The request's messages, checked as far as ragd reads them (the upstream checks the
-    rest). A turn `recorded` into a conversation adds its new messages to it, at most
-    MAX_NEW_ITEMS, as any other addition of items does."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise errors.InvalidRequest("'messages' must be a non-empty array", param="messages")
-    for index, entry in enumerate(messages):
-        if not isinstance(entry, dict) or not isinstance(entry.get("role"), str):
-            raise errors.InvalidRequest(
-                f"'messages[{index}]' must be an object with a 'role'", param="messages"
-            )
+def check_recorded(messages: list[dict[str, Any]]) -> None:
+    """A turn recorded into a conversation adds its new messages to it, at most
+    MAX_NEW_ITEMS, as any other addition of items does (the body is a ChatCompletionRequest,
+    chat/requests.py)."""
     added = len(messages) - _first_new(messages)
-    if recorded and added > MAX_NEW_ITEMS:
+    if added > MAX_NEW_ITEMS:
         raise errors.InvalidRequest(
             f"a chat completion recorded into a conversation (X-Ragd-Conversation) adds the "
             f"messages after the last assistant message to it, at most {MAX_NEW_ITEMS}; this "
             f"one has {added}: add the earlier ones with POST /v1/conversations/{{id}}/items",
             param="messages",
         )
-    return messages
 
 
 def _first_new(messages: list[dict[str, Any]]) -> int:

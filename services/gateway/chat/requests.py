@@ -1,24 +1,51 @@
-"""A Responses API request body read into a TurnRequest: every field OpenAI defines that ragd
-acts on, validated with OpenAI's limits; fields that change nothing here are accepted as the
-SDKs send them."""
+"""The bodies of POST /v1/responses and POST /v1/chat/completions, declared once
+(gateway/requests.py: the validation, OpenAI's limits, and the JSON Schema /openapi.json
+embeds).
+
+A Responses body is read into a TurnRequest: every field OpenAI defines that ragd acts on is
+validated; fields that change nothing here are accepted as the SDKs send them, and unknown
+ones are ignored. Loosely typed on purpose: the input items (chat/items.py checks them as a
+conversation's items are checked and keeps their bodies as opaque JSON), a function's
+`parameters` and a structured output's `schema` (JSON Schemas, passed to the model as sent).
+
+A chat-completions body is passed to the upstream as sent: its model only checks what ragd
+reads (the messages' roles, `stream`, `model`) and the shapes OpenAI gives the rest; a
+message's content and unknown members are the upstream's to judge.
+"""
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from services.gateway.chat.items import parse_items
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainValidator,
+    PrivateAttr,
+    Tag,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.functional_validators import ModelWrapValidatorHandler
+
+from services.common.vocabulary import MAX_NEW_ITEMS
+from services.gateway.chat.items import ChatItem, parse_items
 from services.gateway.chat.outputs import RESULTS
-from services.gateway.chat.tools import parse as parse_tools
+from services.gateway.chat.tools import (
+    TOOL_CHOICES,
+    ChoiceBody,
+    FunctionName,
+    JsonSchema,
+    ToolList,
+    Tools,
+    tools,
+)
 from services.gateway.chat.turn import LOGPROBS, TurnRequest
 from services.gateway.errors import invalid
-from services.gateway.params import (
-    check_text,
-    metadata,
-    optional_int,
-    optional_number,
-    optional_str,
-)
+from services.gateway.requests import Metadata, Param, RequestModel, Text, fail
+from services.gateway.schemas_chat import INPUT_ITEM
 
 # OpenAI's includables; only file_search results change what ragd returns.
 INCLUDABLES = (
@@ -31,189 +58,316 @@ INCLUDABLES = (
     "reasoning.encrypted_content",
 )
 TRUNCATIONS = ("auto", "disabled")
-FORMATS = ("text", "json_object", "json_schema")
 VERBOSITIES = ("low", "medium", "high")
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 SUMMARIES = ("auto", "concise", "detailed")
 MAX_TOP_LOGPROBS = 20
-_FORMAT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_INSTRUCTIONS_CHARS = 256 * 1024
 MAX_OUTPUT_TOKENS = 1 << 20
 
 
-def turn_request(body: dict[str, Any], default_model: str, can_call: bool = True) -> TurnRequest:
-    """`can_call`: the upstream calls tools (function tools pass through to it)."""
-    if "input" not in body or body["input"] is None:
-        raise invalid("'input' is required", param="input", code="missing_required_parameter")
-    inputs = parse_items(body["input"], "input")
-    conversation = _conversation(body.get("conversation"))
-    previous = optional_str(body, "previous_response_id", "") or ""
-    if conversation and previous:
-        raise invalid(
-            "send 'conversation' or 'previous_response_id', not both", param="conversation"
-        )
-    store = _flag(body, "store", True)
-    if conversation and not store:
-        raise invalid(
-            "a response in a conversation is stored: drop 'store': false or 'conversation'",
-            param="store",
-        )
-    background = _flag(body, "background", False)
-    if background and not store:
-        raise invalid("a background response is stored: drop 'store': false", param="background")
-    if body.get("prompt") is not None:
-        raise invalid(
-            "ragd keeps no prompt templates: send 'instructions' and 'input' instead",
-            param="prompt",
-        )
-    tools = parse_tools(
-        body.get("tools"),
-        body.get("tool_choice"),
-        body.get("parallel_tool_calls"),
-        body.get("max_tool_calls"),
-        can_call,
-    )
-    include = _include(body.get("include"))
-    logprobs = optional_int(body, "top_logprobs", -1, 0, MAX_TOP_LOGPROBS)
-    return TurnRequest(
-        model=optional_str(body, "model", default_model, 256) or default_model,
-        inputs=inputs,
-        instructions=optional_str(body, "instructions", None, MAX_INSTRUCTIONS_CHARS),
-        previous_response_id=previous,
-        conversation_id=conversation,
-        store=store,
-        tools=tools,
-        include=include,
-        max_output_tokens=(
-            optional_int(body, "max_output_tokens", 0, 16, MAX_OUTPUT_TOKENS) or None
-        ),
-        temperature=_sampling(body, "temperature", 2.0),
-        top_p=_sampling(body, "top_p", 1.0),
-        truncation=_choice(body, "truncation", "disabled", TRUNCATIONS),
-        metadata=metadata(body),
-        text=_text(body.get("text")),
-        reasoning=_reasoning(body.get("reasoning")),
-        top_logprobs=(logprobs if logprobs >= 0 else (0 if LOGPROBS in include else None)),
-        user=optional_str(body, "user", None, 256),
-        safety_identifier=optional_str(body, "safety_identifier", None, 64),
-        prompt_cache_key=optional_str(body, "prompt_cache_key", None, 256),
-        background=background,
+def _items(raw: Any) -> list[ChatItem]:
+    # chat/items.py checks each item (as a conversation's) and names its own path.
+    return parse_items(raw, "input")
+
+
+Input = Annotated[
+    list[ChatItem],
+    PlainValidator(_items),
+    WithJsonSchema(
+        {
+            "oneOf": [
+                {"type": "string", "pattern": r"\S"},
+                {"type": "array", "minItems": 1, "items": INPUT_ITEM},
+            ]
+        }
+    ),
+]
+
+
+class ConversationRef(RequestModel):
+    id: Annotated[Text, Field(min_length=1, max_length=256)]
+
+
+def _conversation_kind(raw: Any) -> str | None:
+    return "id" if isinstance(raw, str) else "ref" if isinstance(raw, dict) else None
+
+
+Conversation = Annotated[
+    Annotated[Annotated[Text, Field(min_length=1, max_length=256)], Tag("id")]
+    | Annotated[ConversationRef, Tag("ref")],
+    Discriminator(
+        _conversation_kind,
+        custom_error_type="invalid_value",
+        custom_error_message="'conversation' must be a conversation id or {'id': ...}",
+    ),
+]
+
+
+class PlainFormat(RequestModel):
+    type: Literal["text", "json_object"]
+
+
+class SchemaFormat(RequestModel):
+    type: Literal["json_schema"]
+    name: Annotated[FunctionName, Param("text.format.name")]
+    schema_: Annotated[JsonSchema, Field(alias="schema"), Param("text.format.schema")]
+    strict: Annotated[bool, Param("text.format.strict")] = False
+    description: Text | None = None
+
+
+def _format_kind(raw: Any) -> Any:
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    return (
+        "schema" if kind == "json_schema" else "plain" if kind in ("text", "json_object") else None
     )
 
 
-def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise invalid(f"'{name}' must be a boolean", param=name)
-    return value
+Format = Annotated[
+    Annotated[PlainFormat, Tag("plain")] | Annotated[SchemaFormat, Tag("schema")],
+    Discriminator(
+        _format_kind,
+        custom_error_type="invalid_value",
+        custom_error_message="'text.format.type' must be one of text, json_object, json_schema",
+    ),
+]
 
 
-def _text(raw: Any) -> dict[str, Any]:
-    """OpenAI's `text`: the answer's `format` (text, json_object, or json_schema with a name
-    and a schema) and `verbosity`, as the response echoes them."""
-    if raw is None:
-        return {"format": {"type": "text"}}
-    if not isinstance(raw, dict):
-        raise invalid("'text' must be an object with a 'format'", param="text")
-    shown: dict[str, Any] = {"format": {"type": "text"}}
-    wanted = raw.get("format")
-    if wanted is not None:
-        if not isinstance(wanted, dict) or wanted.get("type") not in FORMATS:
-            raise invalid(
-                f"'text.format.type' must be one of {', '.join(FORMATS)}", param="text.format"
-            )
-        shown["format"] = _format(wanted)
-    verbosity = raw.get("verbosity")
-    if verbosity is not None:
-        if verbosity not in VERBOSITIES:
-            raise invalid(
-                f"'text.verbosity' must be one of {', '.join(VERBOSITIES)}",
-                param="text.verbosity",
-            )
-        shown["verbosity"] = verbosity
-    return shown
+class ResponseText(RequestModel):
+    """OpenAI's `text`: the answer's `format` and `verbosity`, as the response echoes them."""
+
+    format: Annotated[Format | None, Param("text.format")] = None
+    verbosity: Annotated[Literal[VERBOSITIES] | None, Param("text.verbosity")] = None  # type: ignore[valid-type]
+
+    def shown(self) -> dict[str, Any]:
+        wanted = self.format or PlainFormat(type="text")
+        if isinstance(wanted, PlainFormat):
+            shown: dict[str, Any] = {"format": {"type": wanted.type}}
+        else:
+            shown = {"format": wanted.model_dump(by_alias=True, exclude_none=True)}
+        if self.verbosity is not None:
+            shown["verbosity"] = self.verbosity
+        return shown
 
 
-def _format(wanted: dict[str, Any]) -> dict[str, Any]:
-    if wanted["type"] != "json_schema":
-        return {"type": wanted["type"]}
-    name = wanted.get("name")
-    if not isinstance(name, str) or not _FORMAT_NAME.fullmatch(name):
-        raise invalid(
-            "'text.format.name' must be 1-64 letters, digits, underscores or dashes",
-            param="text.format.name",
-        )
-    schema = wanted.get("schema")
-    if not isinstance(schema, dict):
-        raise invalid("'text.format.schema' must be a JSON Schema object", "text.format.schema")
-    strict = wanted.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        raise invalid("'text.format.strict' must be a boolean", param="text.format.strict")
-    shown = {"type": "json_schema", "name": name, "schema": schema, "strict": bool(strict)}
-    description = wanted.get("description")
-    if description is not None:
-        if not isinstance(description, str):
-            raise invalid("'text.format.description' must be a string", "text.format")
-        shown["description"] = description
-    return shown
-
-
-def _reasoning(raw: Any) -> dict[str, Any] | None:
+class Reasoning(RequestModel):
     """OpenAI's `reasoning`: its effort goes to the upstream as reasoning_effort; the
     upstream's reasoning text comes back as a reasoning item (no summaries are written)."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict):
-        raise invalid("'reasoning' must be an object", param="reasoning")
-    effort = raw.get("effort")
-    if effort is not None and effort not in EFFORTS:
-        raise invalid(
-            f"'reasoning.effort' must be one of {', '.join(EFFORTS)}", param="reasoning.effort"
-        )
-    summary = raw.get("summary", raw.get("generate_summary"))
-    if summary is not None and summary not in SUMMARIES:
-        raise invalid(
-            f"'reasoning.summary' must be one of {', '.join(SUMMARIES)}",
-            param="reasoning.summary",
-        )
-    return {"effort": effort, "summary": summary}
+
+    effort: Annotated[Literal[EFFORTS] | None, Param("reasoning.effort")] = None  # type: ignore[valid-type]
+    summary: Annotated[Literal[SUMMARIES] | None, Param("reasoning.summary")] = None  # type: ignore[valid-type]
+    generate_summary: Annotated[
+        Literal[SUMMARIES] | None,  # type: ignore[valid-type]
+        Param("reasoning.summary"),
+        Field(description="summary's older name"),
+    ] = None
+
+    def shown(self) -> dict[str, Any]:
+        return {"effort": self.effort, "summary": self.summary or self.generate_summary}
 
 
-def _conversation(raw: Any) -> str:
-    """OpenAI's `conversation`: an id, or an object with one."""
-    if raw is None:
-        return ""
-    if isinstance(raw, dict):
-        raw = raw.get("id")
-    if not isinstance(raw, str) or not raw:
-        raise invalid("'conversation' must be a conversation id or {'id': ...}", "conversation")
-    return check_text(raw, "conversation", 256)
+def _no_prompt(_: Any) -> Any:
+    raise fail(
+        "invalid_value", "ragd keeps no prompt templates: send 'instructions' and 'input' instead"
+    )
 
 
-def _include(raw: Any) -> list[str]:
-    if raw is None:
-        return []
-    if not isinstance(raw, list) or not all(isinstance(value, str) for value in raw):
-        raise invalid("'include' must be an array of strings", param="include")
-    for value in raw:
-        if value not in INCLUDABLES:
-            raise invalid(
-                f"'include' cannot hold {value[:60]!r}; ragd knows {', '.join(INCLUDABLES)}",
-                param="include",
+class ResponseCreate(RequestModel):
+    model: Annotated[Text, Field(max_length=256)] = ""
+    input: Input
+    instructions: Annotated[Text | None, Field(max_length=MAX_INSTRUCTIONS_CHARS)] = None
+    previous_response_id: Text = ""
+    conversation: Conversation | None = None
+    store: Annotated[bool, Field(description="must stay true with a conversation")] = True
+    background: Annotated[
+        bool, Field(description="answer at once (queued) and run the turn apart")
+    ] = False
+    stream: bool = False
+    prompt: Annotated[
+        Any, AfterValidator(_no_prompt), Field(description="refused: ragd keeps no templates")
+    ] = None
+    tools: ToolList = Field(default_factory=list)
+    tool_choice: ChoiceBody | None = None
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: Annotated[int | None, Field(ge=1, le=1000)] = None
+    include: list[Literal[INCLUDABLES]] = Field(default_factory=list)  # type: ignore[valid-type]
+    max_output_tokens: Annotated[int | None, Field(ge=16, le=MAX_OUTPUT_TOKENS)] = None
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    truncation: Literal[TRUNCATIONS] = "disabled"  # type: ignore[valid-type]
+    metadata: Metadata = Field(default_factory=dict)
+    text: ResponseText | None = None
+    reasoning: Reasoning | None = None
+    top_logprobs: Annotated[int | None, Field(ge=0, le=MAX_TOP_LOGPROBS)] = None
+    user: Annotated[Text | None, Field(max_length=256)] = None
+    safety_identifier: Annotated[Text | None, Field(max_length=64)] = None
+    prompt_cache_key: Annotated[Text | None, Field(max_length=256)] = None
+
+    model_config = ConfigDict(
+        json_schema_extra={"not": {"required": ["conversation", "previous_response_id"]}}
+    )
+    _tools: Tools = PrivateAttr()
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _consistent(
+        cls, sent: Any, handler: ModelWrapValidatorHandler[ResponseCreate]
+    ) -> ResponseCreate:
+        """The members that must agree, and the tools read with `sent` (the body as the
+        client sent it: its tools and tool_choice are echoed so)."""
+        asked = handler(sent)
+        if asked.conversation_id and asked.previous_response_id:
+            raise fail(
+                "invalid_value",
+                "send 'conversation' or 'previous_response_id', not both",
+                "conversation",
             )
-    return list(raw)
+        if asked.conversation_id and not asked.store:
+            raise fail(
+                "invalid_value",
+                "a response in a conversation is stored: drop 'store': false or 'conversation'",
+                "store",
+            )
+        if asked.background and not asked.store:
+            raise fail(
+                "invalid_value",
+                "a background response is stored: drop 'store': false",
+                "background",
+            )
+        asked._tools = tools(
+            asked.tools, asked.tool_choice, asked.parallel_tool_calls, asked.max_tool_calls, sent
+        )
+        return asked
+
+    @property
+    def conversation_id(self) -> str:
+        ref = self.conversation
+        return ref.id if isinstance(ref, ConversationRef) else ref or ""
+
+    def turn(self, default_model: str, can_call: bool = True) -> TurnRequest:
+        """`can_call`: the upstream calls tools (function tools pass through to it)."""
+        if self._tools.functions and not can_call:
+            index = next(n for n, tool in enumerate(self.tools) if tool.type == "function")
+            raise invalid(
+                f"'tools[{index}]': the chat upstream does not call tools "
+                "(RAGD_CHAT_TOOLS=off), so function tools cannot run",
+                param="tools",
+                code="unsupported_tool",
+            )
+        return TurnRequest(
+            model=self.model or default_model,
+            inputs=self.input,
+            instructions=self.instructions,
+            previous_response_id=self.previous_response_id,
+            conversation_id=self.conversation_id,
+            store=self.store,
+            tools=self._tools,
+            include=list(self.include),
+            max_output_tokens=self.max_output_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            truncation=self.truncation,
+            metadata=self.metadata,
+            text=(self.text or ResponseText()).shown(),
+            reasoning=self.reasoning.shown() if self.reasoning else None,
+            top_logprobs=(
+                self.top_logprobs
+                if self.top_logprobs is not None
+                else (0 if LOGPROBS in self.include else None)
+            ),
+            user=self.user,
+            safety_identifier=self.safety_identifier,
+            prompt_cache_key=self.prompt_cache_key,
+            background=self.background,
+        )
 
 
-def _sampling(body: dict[str, Any], name: str, maximum: float) -> float | None:
-    if body.get(name) is None:
-        return None
-    return optional_number(body, name, 0.0, 0.0, maximum)
+class ChatMessage(RequestModel):
+    """A message as ragd reads it: its role (a recorded turn keeps the messages after the
+    last assistant one); its content and the rest are the upstream's to judge."""
+
+    role: Text
+    content: Annotated[Any, Field(description="a string or content parts")] = None
 
 
-def _choice(body: dict[str, Any], name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = optional_str(body, name, default) or default
-    if value not in choices:
-        raise invalid(f"'{name}' must be one of {', '.join(choices)}", param=name)
-    return value
+class ChatFunction(RequestModel):
+    name: FunctionName
+    description: Text | None = None
+    parameters: JsonSchema | None = None
+    strict: bool | None = None
+
+
+class ChatTool(RequestModel):
+    type: Literal["function"]
+    function: ChatFunction
+
+
+class NamedFunction(RequestModel):
+    name: Text
+
+
+class ChatFunctionChoice(RequestModel):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+def _chat_choice_kind(raw: Any) -> str | None:
+    if isinstance(raw, str):
+        return "mode" if raw in TOOL_CHOICES else None
+    return "function" if isinstance(raw, dict) and raw.get("type") == "function" else None
+
+
+ChatToolChoice = Annotated[
+    Annotated[Literal[TOOL_CHOICES], Tag("mode")]  # type: ignore[valid-type]
+    | Annotated[ChatFunctionChoice, Tag("function")],
+    Discriminator(
+        _chat_choice_kind,
+        custom_error_type="invalid_value",
+        custom_error_message=f"'tool_choice' must be one of {', '.join(TOOL_CHOICES)} or "
+        "{'type': 'function', 'function': {'name': ...}}",
+    ),
+]
+
+
+class JsonSchemaFormat(RequestModel):
+    name: FunctionName
+    schema_: Annotated[JsonSchema, Field(alias="schema")] = Field(default_factory=dict)
+    strict: bool | None = None
+    description: Text | None = None
+
+
+class ChatSchemaFormat(RequestModel):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = Annotated[
+    Annotated[PlainFormat, Tag("plain")] | Annotated[ChatSchemaFormat, Tag("schema")],
+    Discriminator(
+        _format_kind,
+        custom_error_type="invalid_value",
+        custom_error_message="'response_format.type' must be one of text, json_object, json_schema",
+    ),
+]
+
+
+class ChatCompletionRequest(RequestModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "description": "passed to the chat upstream as sent; send the header "
+            "X-Ragd-Conversation: <conversation id> to record the turn in a conversation (the "
+            f"messages after the last assistant message, at most {MAX_NEW_ITEMS})"
+        }
+    )
+
+    model: Text | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    stream: bool = False
+    tools: list[ChatTool] | None = None
+    tool_choice: ChatToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    temperature: Annotated[float | None, Field(ge=0.0, le=2.0)] = None
+    top_p: Annotated[float | None, Field(ge=0.0, le=1.0)] = None
+    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None

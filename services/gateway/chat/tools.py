@@ -13,14 +13,20 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+)
 
 from services.common.vocabulary import MAX_SEARCH_RESULTS
-from services.gateway.errors import InvalidRequest, invalid
-from services.gateway.filters import parse_filter
-from services.gateway.params import check_text, optional_int
-from services.gateway.requests import parse as parse_body
-from services.gateway.search_body import RankingOptions
+from services.gateway.requests import Param, RequestModel, Text, fail
+from services.gateway.search_body import FilterBody, RankingOptions
 from services.pb import store_pb2
 
 # The function the model calls to search; a client's function may not take the name.
@@ -49,30 +55,156 @@ _SEARCH_FUNCTION = {
 }
 
 
-@dataclass(frozen=True)
-class FileSearchTool:
-    vector_store_ids: list[str]
-    max_num_results: int
-    score_threshold: float
-    filter: store_pb2.Filter | None
-    # As the client sent it, echoed in the response's `tools`.
-    raw: dict[str, Any]
-    # hybrid_search's share of the vector ranking; None: the store's default.
-    vector_weight: float | None = None
+def _named(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise fail("invalid_value", "'{path}' must be 1-64 letters, digits, underscores or dashes")
+    return name
 
 
-@dataclass(frozen=True)
-class FunctionTool:
-    name: str
-    raw: dict[str, Any]
+# A function's name (also a structured output's, chat/requests.py).
+FunctionName = Annotated[
+    str,
+    AfterValidator(_named),
+    WithJsonSchema({"type": "string", "pattern": f"^{_NAME.pattern}$"}),
+]
+JsonSchema = Annotated[dict[str, Any], Field(description="a JSON Schema")]
+
+
+class FileSearchTool(RequestModel):
+    """The hosted tool: ragd searches the vector stores (one or two, as OpenAI allows)."""
+
+    type: Literal["file_search"]
+    vector_store_ids: Annotated[
+        list[Annotated[Text, Field(min_length=1, max_length=256)]],
+        Field(min_length=1, max_length=2),
+    ]
+    max_num_results: Annotated[int, Field(ge=1, le=MAX_SEARCH_RESULTS)] = 10
+    filters: FilterBody | None = None
+    ranking_options: RankingOptions = RankingOptions()
+
+    @property
+    def filter(self) -> store_pb2.Filter | None:
+        return self.filters
+
+    @property
+    def score_threshold(self) -> float:
+        return self.ranking_options.score_threshold
+
+    @property
+    def vector_weight(self) -> float | None:
+        """hybrid_search's share of the vector ranking; None: the store's default."""
+        return self.ranking_options.vector_weight()
+
+
+class FunctionTool(RequestModel):
+    """A function the model may call and the client runs."""
+
+    type: Literal["function"]
+    name: FunctionName
+    description: Annotated[Text | None, Field(max_length=MAX_DESCRIPTION_CHARS)] = None
+    parameters: JsonSchema | None = None
+    strict: bool | None = None
 
     def upstream(self) -> dict[str, Any]:
         """As a chat-completions tool."""
         function: dict[str, Any] = {"name": self.name}
         for key in ("description", "parameters", "strict"):
-            if self.raw.get(key) is not None:
-                function[key] = self.raw[key]
+            if getattr(self, key) is not None:
+                function[key] = getattr(self, key)
         return {"type": "function", "function": function}
+
+
+_KINDS = ("file_search", "function")
+
+
+def _known(raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise fail("invalid_type", "'{path}' must be an object")
+    kind = raw.get("type")
+    if kind not in _KINDS:
+        raise fail(
+            "unsupported_tool",
+            "'{path}': ragd runs file_search itself and passes function tools to the model; "
+            f"it has no {str(kind)[:40]!r} tool",
+        )
+    return raw
+
+
+def _kind(raw: Any) -> Any:
+    return raw.get("type") if isinstance(raw, dict) else None
+
+
+Tool = Annotated[
+    Annotated[FileSearchTool, Tag("file_search")] | Annotated[FunctionTool, Tag("function")],
+    Discriminator(_kind),
+    BeforeValidator(_known),
+]
+
+
+def _distinct(tools: list[FileSearchTool | FunctionTool]) -> list[FileSearchTool | FunctionTool]:
+    names = [tool.name for tool in tools if isinstance(tool, FunctionTool)]
+    for name in names:
+        if names.count(name) > 1:
+            raise fail("invalid_value", f"'tools' names the function {name!r} twice")
+    if FILE_SEARCH in names and any(isinstance(tool, FileSearchTool) for tool in tools):
+        raise fail(
+            "invalid_value",
+            f"a function tool may not be named {FILE_SEARCH!r} next to the file_search tool",
+        )
+    return tools
+
+
+ToolList = Annotated[
+    list[Tool],
+    Field(
+        max_length=MAX_TOOLS,
+        description="file_search runs in ragd; function tools go to the model, and its calls "
+        "come back as function_call items for the client to run",
+    ),
+    AfterValidator(_distinct),
+    # Every error of a tool names the tools array; the message says where.
+    Param("tools", whole=True),
+]
+
+
+class HostedChoice(RequestModel):
+    type: Literal["file_search"]
+
+
+class FunctionChoice(RequestModel):
+    type: Literal["function"]
+    name: str
+
+
+class AllowedTools(RequestModel):
+    """A mode and the tools it covers ({"type": "file_search"}, {"type": "function",
+    "name": ...})."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"] = "auto"
+    tools: list[dict[str, Any]]
+
+
+def _choice_kind(raw: Any) -> Any:
+    if isinstance(raw, str):
+        return "mode" if raw in TOOL_CHOICES else None
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    return kind if kind in ("file_search", "function", "allowed_tools") else None
+
+
+ChoiceBody = Annotated[
+    Annotated[Literal[TOOL_CHOICES], Tag("mode")]  # type: ignore[valid-type]
+    | Annotated[HostedChoice, Tag("file_search")]
+    | Annotated[FunctionChoice, Tag("function")]
+    | Annotated[AllowedTools, Tag("allowed_tools")],
+    Discriminator(
+        _choice_kind,
+        custom_error_type="invalid_value",
+        custom_error_message=f"'tool_choice' must be one of {', '.join(TOOL_CHOICES)}, "
+        "{'type': 'function', 'name': ...}, {'type': 'file_search'} or {'type': "
+        "'allowed_tools', ...}",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -95,10 +227,8 @@ class Tools:
     parallel: bool = True
     # Calls of the hosted tool in one turn at most (OpenAI's max_tool_calls).
     max_calls: int | None = None
-
-    @property
-    def echo(self) -> list[dict[str, Any]]:
-        return [tool.raw for tool in self.searches] + [tool.raw for tool in self.functions]
+    # The tools as the client sent them (unknown members and all), echoed.
+    echo: list[dict[str, Any]] = field(default_factory=list)
 
     def offered(self, search: bool) -> list[dict[str, Any]]:
         """The chat-completions tools of a round: the client's functions, and file_search
@@ -121,173 +251,68 @@ class Tools:
         return "auto"
 
 
-def parse(raw_tools: Any, raw_choice: Any, parallel: Any, max_calls: Any, can_call: bool) -> Tools:
-    searches, functions = _tools(raw_tools, can_call)
-    names = {tool.name for tool in functions}
-    if parallel is not None and not isinstance(parallel, bool):
-        raise invalid("'parallel_tool_calls' must be a boolean", param="parallel_tool_calls")
-    calls = None
-    if max_calls is not None:
-        calls = optional_int({"max_tool_calls": max_calls}, "max_tool_calls", 1, 1, 1000)
+def tools(
+    listed: list[FileSearchTool | FunctionTool],
+    choice: str | HostedChoice | FunctionChoice | AllowedTools | None,
+    parallel: bool | None,
+    max_calls: int | None,
+    sent: Any,
+) -> Tools:
+    """A request's tools, read (ToolList, ChoiceBody) from `sent`, the body as the client
+    sent it (its tools and tool_choice are echoed so): the choice must name tools the
+    request has (a PydanticCustomError naming tool_choice otherwise)."""
+    searches = [tool for tool in listed if isinstance(tool, FileSearchTool)]
+    functions = [tool for tool in listed if isinstance(tool, FunctionTool)]
+    raw = list(zip(listed, sent.get("tools") or [], strict=True))
     return Tools(
         searches=searches,
         functions=functions,
-        choice=_choice(raw_choice, names, bool(searches)),
+        choice=_choice(
+            choice, sent.get("tool_choice"), {tool.name for tool in functions}, bool(searches)
+        ),
         parallel=True if parallel is None else parallel,
-        max_calls=calls,
+        max_calls=max_calls,
+        echo=[r for t, r in raw if isinstance(t, FileSearchTool)]
+        + [r for t, r in raw if isinstance(t, FunctionTool)],
     )
 
 
-def _tools(raw: Any, can_call: bool) -> tuple[list[FileSearchTool], list[FunctionTool]]:
-    if raw is None:
-        return [], []
-    if not isinstance(raw, list) or len(raw) > MAX_TOOLS:
-        raise invalid(f"'tools' must be an array of at most {MAX_TOOLS} tools", param="tools")
-    searches: list[FileSearchTool] = []
-    functions: list[FunctionTool] = []
-    for index, tool in enumerate(raw):
-        if not isinstance(tool, dict):
-            raise invalid(f"'tools[{index}]' must be an object", param="tools")
-        kind = tool.get("type")
-        if kind == "file_search":
-            searches.append(_file_search(tool, index))
-        elif kind == "function":
-            if not can_call:
-                raise invalid(
-                    f"'tools[{index}]': the chat upstream does not call tools "
-                    "(RAGD_CHAT_TOOLS=off), so function tools cannot run",
-                    param="tools",
-                    code="unsupported_tool",
-                )
-            functions.append(_function(tool, index))
-        else:
-            raise invalid(
-                f"'tools[{index}]': ragd runs file_search itself and passes function tools to "
-                f"the model; it has no {str(kind)[:40]!r} tool",
-                param="tools",
-                code="unsupported_tool",
-            )
-    names = [tool.name for tool in functions]
-    for name in names:
-        if names.count(name) > 1:
-            raise invalid(f"'tools' names the function {name!r} twice", param="tools")
-    if searches and FILE_SEARCH in names:
-        raise invalid(
-            f"a function tool may not be named {FILE_SEARCH!r} next to the file_search tool",
-            param="tools",
-        )
-    return searches, functions
-
-
-def _function(tool: dict[str, Any], index: int) -> FunctionTool:
-    name = f"tools[{index}]"
-    raw_name = tool.get("name")
-    if not isinstance(raw_name, str) or not _NAME.fullmatch(raw_name):
-        raise invalid(
-            f"'{name}.name' must be 1-64 letters, digits, underscores or dashes", param="tools"
-        )
-    description = tool.get("description")
-    if description is not None:
-        if not isinstance(description, str):
-            raise invalid(f"'{name}.description' must be a string", param="tools")
-        check_text(description, f"{name}.description", MAX_DESCRIPTION_CHARS, param="tools")
-    parameters = tool.get("parameters")
-    if parameters is not None and not isinstance(parameters, dict):
-        raise invalid(f"'{name}.parameters' must be a JSON Schema object", param="tools")
-    strict = tool.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        raise invalid(f"'{name}.strict' must be a boolean", param="tools")
-    return FunctionTool(raw_name, tool)
-
-
-def _file_search(tool: dict[str, Any], index: int) -> FileSearchTool:
-    name = f"tools[{index}]"
-    ids = tool.get("vector_store_ids")
-    if (
-        not isinstance(ids, list)
-        or not ids
-        or len(ids) > 2
-        or not all(isinstance(i, str) and i for i in ids)
-    ):
-        # OpenAI: one or two vector stores per file_search tool.
-        raise invalid(f"'{name}.vector_store_ids' must list 1 or 2 vector store ids", "tools")
-    for vector_store_id in ids:
-        check_text(vector_store_id, f"{name}.vector_store_ids", 256, param="tools")
-    k = optional_int(tool, "max_num_results", 10, 1, MAX_SEARCH_RESULTS)
-    ranking = _ranking(tool.get("ranking_options"), name)
-    filters = parse_filter(tool["filters"]) if tool.get("filters") is not None else None
-    return FileSearchTool(
-        vector_store_ids=list(ids),
-        max_num_results=k,
-        score_threshold=ranking.score_threshold,
-        filter=filters,
-        raw=tool,
-        vector_weight=ranking.vector_weight(),
-    )
-
-
-def _ranking(raw: Any, name: str) -> RankingOptions:
-    """The tool's ranking_options, read as a search's are (search_body.RankingOptions)."""
-    if raw is None:
-        return RankingOptions()
-    try:
-        return parse_body(RankingOptions, raw, at=f"{name}.ranking_options")
-    except InvalidRequest as error:
-        # Every error of a tool names the tools array as its param; the message says where.
-        error.param = "tools"
-        raise
-
-
-def _choice(raw: Any, functions: set[str], searches: bool) -> ToolChoice:
-    """OpenAI's tool_choice: a mode, a function or the file_search tool to call, or
-    allowed_tools (a mode and the tools it covers)."""
-    if raw is None:
+def _choice(
+    choice: str | HostedChoice | FunctionChoice | AllowedTools | None,
+    sent: Any,
+    functions: set[str],
+    searches: bool,
+) -> ToolChoice:
+    if choice is None:
         return ToolChoice()
-    if isinstance(raw, str) and raw in TOOL_CHOICES:
-        return ToolChoice(mode=raw, raw=raw)
-    kind = raw.get("type") if isinstance(raw, dict) else None
-    if kind == "file_search":
+    if isinstance(choice, str):
+        return ToolChoice(mode=choice, raw=sent)
+    if isinstance(choice, HostedChoice):
         if not searches:
-            raise invalid("'tool_choice' asks for file_search, which 'tools' lacks", "tool_choice")
-        return ToolChoice(mode="required", name=FILE_SEARCH, raw=raw)
-    if kind == "function":
-        name = raw.get("name")
-        if not isinstance(name, str) or name not in functions:
-            raise invalid(
-                f"'tool_choice' names the function {str(name)[:64]!r}, which 'tools' lacks",
-                param="tool_choice",
+            raise _lacking("'tool_choice' asks for file_search, which 'tools' lacks")
+        return ToolChoice(mode="required", name=FILE_SEARCH, raw=sent)
+    if isinstance(choice, FunctionChoice):
+        if choice.name not in functions:
+            raise _lacking(
+                f"'tool_choice' names the function {choice.name[:64]!r}, which 'tools' lacks"
             )
-        return ToolChoice(mode="required", name=name, raw=raw)
-    if kind == "allowed_tools":
-        return _allowed(raw, functions, searches)
-    raise invalid(
-        f"'tool_choice' must be one of {', '.join(TOOL_CHOICES)}, {{'type': 'function', "
-        "'name': ...}, {'type': 'file_search'} or {'type': 'allowed_tools', ...}",
-        param="tool_choice",
-    )
-
-
-def _allowed(raw: dict[str, Any], functions: set[str], searches: bool) -> ToolChoice:
-    mode = raw.get("mode", "auto")
-    listed = raw.get("tools")
-    if mode not in ("auto", "required") or not isinstance(listed, list):
-        raise invalid(
-            "'tool_choice' of type allowed_tools needs 'mode' (auto or required) and 'tools'",
-            param="tool_choice",
-        )
+        return ToolChoice(mode="required", name=choice.name, raw=sent)
     allowed = set()
-    for tool in listed:
-        kind = tool.get("type") if isinstance(tool, dict) else None
+    for tool in choice.tools:
+        kind = tool.get("type")
         if kind == "file_search" and searches:
             allowed.add(FILE_SEARCH)
         elif kind == "function" and tool.get("name") in functions:
             allowed.add(str(tool["name"]))
         else:
-            raise invalid(
-                f"'tool_choice.tools' lists {json.dumps(tool)[:80]}, which 'tools' lacks",
-                param="tool_choice",
+            raise _lacking(
+                f"'tool_choice.tools' lists {json.dumps(tool)[:80]}, which 'tools' lacks"
             )
-    return ToolChoice(mode=mode, allowed=frozenset(allowed), raw=raw)
+    return ToolChoice(mode=choice.mode, allowed=frozenset(allowed), raw=sent)
+
+
+def _lacking(message: str) -> Exception:
+    return fail("invalid_value", message, "tool_choice")
 
 
 def search_queries(arguments: str, fallback: str) -> list[str]:

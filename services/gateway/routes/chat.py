@@ -3,13 +3,17 @@ that name a conversation (X-Ragd-Conversation)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from services.gateway import errors
 from services.gateway.chat import completions
+from services.gateway.chat.requests import ChatCompletionRequest
 from services.gateway.operations import operation
 from services.gateway.params import check_text, json_body
+from services.gateway.requests import parse
 from services.gateway.routes import services
 from services.gateway.routes.responses import MAX_REQUEST_BYTES, upstream
 from services.gateway.streams import ClosingStream
@@ -22,17 +26,18 @@ RESPONSE_HEADER = "X-Ragd-Response-Id"
 @operation(
     "Chat completion from the chat upstream (recorded with X-Ragd-Conversation)",
     "ChatCompletion",
-    "ChatCompletionRequest",
+    ChatCompletionRequest,
     events=True,
 )
 async def chat_completions(request: Request) -> Response:
     deps = services(request)
     body = await json_body(request, limit=MAX_REQUEST_BYTES)
+    # Checked, then passed to the upstream as sent.
+    stream = parse(ChatCompletionRequest, body).stream
     conversation = request.headers.get(CONVERSATION_HEADER, "").strip()
-    messages = completions.check(body, recorded=bool(conversation))
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
+    messages: list[dict[str, Any]] = body["messages"]
+    if conversation:
+        completions.check_recorded(messages)
     chat = upstream(deps)
     body["model"] = chat.settings.resolve(body.get("model"))
     turn = None

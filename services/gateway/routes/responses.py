@@ -15,12 +15,13 @@ from services.gateway.audit import AUDIT_INFO
 from services.gateway.chat.background import BackgroundRuns, replayed
 from services.gateway.chat.events import Event
 from services.gateway.chat.outputs import RESULTS
-from services.gateway.chat.requests import turn_request
+from services.gateway.chat.requests import ResponseCreate
 from services.gateway.chat.settings import ResponseSettings
 from services.gateway.chat.turn import prepare
 from services.gateway.chat.upstream import ChatUpstream
 from services.gateway.operations import INCLUDE_PARAM, operation, paging_params, query_param
 from services.gateway.params import json_body, paging
+from services.gateway.requests import parse
 from services.gateway.routes import services
 from services.gateway.routes.conversations import includes_results
 from services.gateway.search import Deadlines
@@ -47,20 +48,16 @@ def upstream(deps: Services) -> ChatUpstream:
     "Create a model response (function tools, file_search over vector stores, structured "
     "output, background runs; history kept)",
     "Response",
-    "ResponseCreate",
+    ResponseCreate,
     returns={"response_id": "/id"},
     events=True,
 )
 async def create_response(request: Request) -> Response:
     deps = services(request)
-    body = await json_body(request, limit=MAX_REQUEST_BYTES)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise errors.InvalidRequest("'stream' must be a boolean", param="stream")
+    body = parse(ResponseCreate, await json_body(request, limit=MAX_REQUEST_BYTES))
+    stream = body.stream
     settings = deps.chat.settings if deps.chat else None
-    asked = turn_request(
-        body, settings.model if settings else "", settings is None or settings.tools
-    )
+    asked = body.turn(settings.model if settings else "", settings is None or settings.tools)
     if settings is not None:
         asked = replace(asked, model=settings.resolve(asked.model))
     # The audit entry names the vector stores the turn may search.
