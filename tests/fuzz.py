@@ -26,6 +26,9 @@ CHECKS = "not_a_server_error,response_schema_conformance"
 CONFIG = Path(__file__).with_name("fuzz.toml")
 # The bootstrap admin key of a fuzzed stack behind keys.
 ADMIN = "fuzz-admin-key"
+# Left out of runs against an open API: the first key made there puts every route behind
+# keys (the bootstrap rule), and the rest of the run would fuzz 401s. Runs behind keys fuzz it.
+OPEN_EXCLUDED = ("post_create_key",)
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,12 @@ def run_schemathesis(
     seed: int | None = None,
     key: str | None = None,
     foreign: Sequence[str] = (),
+    exclude: Sequence[str] = (),
 ) -> FuzzResult:
     """Runs every phase (examples, coverage, fuzzing, stateful) with one worker: hypothesis
     describes its lambdas with ast.parse, which is not thread-safe on CPython 3.11. With `key`,
-    every request carries it; `foreign`: ids no response may contain (fuzz_hooks.py)."""
+    every request carries it; `foreign`: ids no response may contain (fuzz_hooks.py); `exclude`:
+    operation ids left out."""
     st = Path(sys.executable).with_name("st")
     command = [
         str(st) if st.exists() else (shutil.which("st") or "st"),
@@ -66,6 +71,8 @@ def run_schemathesis(
         command += ["--seed", str(seed)]
     if key:
         command += ["--header", f"Authorization: Bearer {key}"]
+    for operation_id in exclude:
+        command += ["--exclude-operation-id", operation_id]
     env = {
         **os.environ,
         "SCHEMATHESIS_HOOKS": "tests.fuzz_hooks",
@@ -150,9 +157,10 @@ def main(argv: list[str]) -> int:
     results: list[tuple[str, FuzzResult]] = []
     with tempfile.TemporaryDirectory(prefix="ragd-fuzz-") as tmp:
         for stack in started_stack(Path(tmp) / "open", RAGD_BACKUP_KEEP="3"):
-            results.append(
-                ("open API", run_schemathesis(stack.gateway_url, args.max_examples, args.seed))
+            open_run = run_schemathesis(
+                stack.gateway_url, args.max_examples, args.seed, exclude=OPEN_EXCLUDED
             )
+            results.append(("open API", open_run))
         for stack in started_stack(Path(tmp) / "keys", RAGD_BACKUP_KEEP="3", RAGD_API_KEYS=ADMIN):
             tenants = seed_tenants(stack.gateway_url)
             # The limited key first: the admin's run may restore backups and revoke keys.

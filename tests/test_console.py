@@ -223,7 +223,8 @@ def test_a_first_visit_create_upload_search_chat_operations_delete(
     page.get_by_label("Message", exact=True).fill(QUESTION)
     page.get_by_role("button", name="Send").click()
     expect(page.locator(".composer .status")).to_have_text(re.compile("Done|Stopped"), timeout=SLOW)
-    assert re.search(r"#/chat/conv_\w+$", page.url)
+    # The page names the conversation once the stream has closed, a moment after "Done".
+    expect(page).to_have_url(re.compile(r"#/chat/conv_\w+$"))
     expect(page.locator(".turn.search summary")).to_contain_text("Searched")
     expect(page.locator(".passage .filename").first).to_have_text("chimera.txt")
     assert page.locator(".turn.assistant .text").inner_text().strip()
