@@ -35,6 +35,13 @@ from services.gateway.uploads import Upload
 from services.gateway.vector_store_bodies import VectorStoreCreate, VectorStoreUpdate
 
 
+def refusal(model: type[RequestModel], body: dict[str, Any]) -> InvalidRequest:
+    """The error `parse` refuses `body` with."""
+    with pytest.raises(InvalidRequest) as refused:
+        parse(model, body)
+    return refused.value
+
+
 @pytest.mark.parametrize(
     ("body", "param", "code", "message"),
     [
@@ -96,10 +103,9 @@ from services.gateway.vector_store_bodies import VectorStoreCreate, VectorStoreU
 def test_a_bad_search_body_names_its_field_as_before(
     body: dict[str, Any], param: str, code: str, message: str
 ) -> None:
-    with pytest.raises(InvalidRequest) as refused:
-        parse(SearchRequest, body)
-    assert (refused.value.param, refused.value.code) == (param, code)
-    assert message in refused.value.message
+    error = refusal(SearchRequest, body)
+    assert (error.param, error.code) == (param, code)
+    assert message in error.message
 
 
 def test_nulls_read_as_absent_and_a_good_body_becomes_a_search() -> None:
@@ -199,10 +205,9 @@ def test_the_openapi_document_embeds_the_models_schema() -> None:
 def test_a_bad_vector_store_body_names_its_field(
     body: dict[str, Any], param: str, code: str, message: str
 ) -> None:
-    with pytest.raises(InvalidRequest) as refused:
-        parse(VectorStoreCreate, body)
-    assert (refused.value.param, refused.value.code) == (param, code)
-    assert message in refused.value.message
+    error = refusal(VectorStoreCreate, body)
+    assert (error.param, error.code) == (param, code)
+    assert message in error.message
 
 
 def test_an_update_tells_null_from_absent() -> None:
@@ -340,10 +345,9 @@ def test_an_embedding_body_reads_its_options() -> None:
 def test_a_bad_conversation_body_names_its_field(
     model: type[RequestModel], body: dict[str, Any], param: str, code: str, message: str
 ) -> None:
-    with pytest.raises(InvalidRequest) as refused:
-        parse(model, body)
-    assert (refused.value.param, refused.value.code) == (param, code)
-    assert message in refused.value.message
+    error = refusal(model, body)
+    assert (error.param, error.code) == (param, code)
+    assert message in error.message
 
 
 def test_conversation_bodies_read_their_items_and_tell_null_from_absent() -> None:
@@ -402,10 +406,9 @@ def test_conversation_bodies_read_their_items_and_tell_null_from_absent() -> Non
 def test_a_bad_operator_body_names_its_field(
     model: type[RequestModel], body: dict[str, Any], param: str, code: str, message: str
 ) -> None:
-    with pytest.raises(InvalidRequest) as refused:
-        parse(model, body)
-    assert (refused.value.param, refused.value.code) == (param, code)
-    assert message in refused.value.message
+    error = refusal(model, body)
+    assert (error.param, error.code) == (param, code)
+    assert message in error.message
 
 
 def test_operator_bodies_read_their_defaults() -> None:
