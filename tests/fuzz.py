@@ -140,7 +140,9 @@ def seed_tenants(base_url: str) -> Tenants:
                 json={"name": "limited-w", "scope": "write", "vector_stores": [mine[0]]},
             )
         )["key"]
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {team_key}"}) as team:
+    with httpx.Client(
+        base_url=base_url, headers={"Authorization": f"Bearer {team_key}"}, timeout=60
+    ) as team:
         other = fill(team, "other")
     # The admin's conversation is in its project but not the limited key's own.
     time.sleep(0.6)  # the keys' state reaches the gateway's cache

@@ -144,7 +144,7 @@ def test_names_missing_and_taken(stack: Stack, tmp_path: Path) -> None:
     assert entry["id"] in table.stdout  # ids are never shortened
 
     # A second store with the same name (made over REST): the name is now ambiguous.
-    with httpx.Client(base_url=stack.gateway_url) as http:
+    with httpx.Client(base_url=stack.gateway_url, timeout=60) as http:
         twin = http.post("/v1/vector_stores", json={"name": name}).json()["id"]
     ambiguous = ragd(stack, "search", "-n", name, "-q", "hello")
     assert ambiguous.exit_code == Exit.CONFLICT

@@ -312,7 +312,7 @@ def test_the_console_asks_for_the_key_renders_user_text_as_text_and_says_there_i
 
 
 def test_the_console_is_served_without_a_key_and_only_its_own_files(keyed_stack: Stack) -> None:
-    with httpx.Client(base_url=keyed_stack.gateway_url) as http:
+    with httpx.Client(base_url=keyed_stack.gateway_url, timeout=60) as http:
         moved = http.get("/console")
         assert moved.status_code == 307 and moved.headers["location"] == "/console/"
         page = http.get("/console/")

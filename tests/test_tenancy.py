@@ -455,7 +455,9 @@ def test_a_revoked_key_stops_within_a_second_on_every_gateway(
         secret = make_key(admin, "short-lived", "read")
     child, url = second_gateway(own_stack, tmp_path)
     try:
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {secret}"}) as other:
+        with httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {secret}"}, timeout=60
+        ) as other:
             ok(other.get("/v1/vector_stores"))  # known (and cached) there
             with client(own_stack, ADMIN) as admin:
                 ok(admin.delete("/admin/keys/short-lived"))
