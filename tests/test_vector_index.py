@@ -312,6 +312,31 @@ def test_vacuum_repacks_the_coarse_tables(tmp_path: Path) -> None:
             conn.close()
 
 
+def test_distances_of_chosen_chunks_are_exact_in_either_table(tmp_path: Path) -> None:
+    """Hybrid search's evidence for the chunks only the words found: each id's exact cosine
+    distance, from vec0 before the coarse index exists and from its float table after;
+    unknown ids left out."""
+    rng = np.random.default_rng(11)
+    data = unit_vectors(rng, 201, 16)
+    path = tmp_path / "d.db"
+    wanted = [3, 150, 7, 10_000, 3]
+    expected = {
+        i: pytest.approx(1.0 - float(data[i - 1] @ data[200]), abs=1e-5) for i in wanted[:3]
+    }
+    with open_repository(path, index=IndexSettings(min_rows=10, resident=IN_SQLITE)) as repo:
+        load(repo, data[:200], per_file=50)
+        for built in (False, True):
+            if built:
+                build(repo)
+            conn = open_database(path)
+            try:
+                assert vector_index.kind(conn, 1) == (COARSE if built else EXACT)
+                found = vector_index.distances(conn, 1, to_bytes(data[200]), wanted)
+            finally:
+                conn.close()
+            assert dict(found) == expected
+
+
 def test_small_odd_or_disabled_vector_stores_stay_exact(tmp_path: Path) -> None:
     rng = np.random.default_rng(9)
     with open_repository(

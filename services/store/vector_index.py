@@ -25,6 +25,7 @@ means the coarse tables hold exactly the rows of vec_<key>.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -522,12 +523,13 @@ def distances(conn: apsw.Connection, key: int, query: bytes, ids: Sequence[int])
         return []
     table = float_table(key) if _stored_kind(conn, key) == COARSE else vec_table(key)
     column = "id" if table == float_table(key) else "rowid"
-    marks = ",".join("?" * len(ids))
+    # One point lookup per id: vec0 answers `rowid IN (...)` by scanning every vector
+    # (~0.5 s at 1M chunks), `rowid = ?` from its rowid index.
     sql = (
-        f"SELECT {column}, vec_distance_cosine(embedding, ?) FROM {table}"
-        f" WHERE {column} IN ({marks})"
+        f"SELECT t.{column}, vec_distance_cosine(t.embedding, ?) FROM json_each(?) AS wanted"
+        f" CROSS JOIN {table} AS t ON t.{column} = wanted.value"
     )
-    return _hits(conn.execute(sql, [query, *ids]).fetchall())
+    return _hits(conn.execute(sql, [query, json.dumps(list(ids))]).fetchall())
 
 
 def window_distances(
