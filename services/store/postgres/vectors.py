@@ -74,12 +74,15 @@ class VectorSettings:
     # candidates the float32 vectors rescore.
     ef_per_k: int = 4
     min_ef: int = 80
-    # ef_search doubles past large_rows and doubles again past 4 x large_rows (1M is not
-    # measured yet: bench/pg_search.py).
+    # ef_search doubles past large_rows and doubles again past 4 x large_rows: at 1M rows
+    # recall@10 0.985 and recall@50 0.993 (bench/pg_search.py, BENCHMARKS.md).
     large_rows: int = 50_000
     # A filter that keeps at most this many chunks is searched exactly over them (the
-    # vector_store_id, file_id index finds them; ~1.5 us a row rescored).
-    exact_filtered_max: int = 5_000
+    # vector_store_id, file_id index finds them; ~4.3 us a row read and rescored). At 1M
+    # rows a filter keeping 20k went exact in 85 ms and through the iterative scan in 266;
+    # one keeping 100k, 445 against 189; at 100k rows one keeping 10k cost about the same
+    # either way.
+    exact_filtered_max: int = 20_000
     # A broader filter walks the index with pgvector 0.8's iterative scan (relaxed order,
     # re-sorted here) until it has its candidates, reading at most this many tuples for each
     # candidate it would need if the filter kept every row, and at least min_scan_tuples.
