@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.engines import repository
 from bench.report import publish_section
 from bench.stats import median, percentile
 from services.store import windows
 from services.store.records import ChunkInput
 from services.store.repository import Repository
 from services.store.search.filters import Comparison
-from tests.store_fixtures import FakeClock, open_repository
 
 ROOT = Path(__file__).resolve().parent.parent
 DIMS = 384
@@ -102,29 +102,6 @@ def measure(repo: Repository, vs_id: str, queries: np.ndarray) -> dict[str, tupl
     return result
 
 
-@contextmanager
-def _repository(engine: str, folder: Path) -> Iterator[Repository]:
-    if engine == "sqlite":
-        repo = open_repository(folder / "ragd.db", clock=FakeClock())
-        try:
-            yield repo
-        finally:
-            repo.close()
-        return
-    from tests.postgres_server import start_server
-
-    server = start_server(folder / "pg")
-    try:
-        name = server.create_database()
-        repo = open_repository(folder / "ragd.db", clock=FakeClock(), url=server.url(name))
-        try:
-            yield repo
-        finally:
-            repo.close()
-    finally:
-        server.close()
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--chunks", type=int, default=20_000)
@@ -147,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "|---|---|---|---:|---:|---:|",
     ]
     for engine in args.engines.split(","):
-        with tempfile.TemporaryDirectory() as tmp, _repository(engine, Path(tmp)) as repo:
+        with tempfile.TemporaryDirectory() as tmp, repository(engine, Path(tmp)) as (repo, _):
             for store, long in (("ordinary", 0.0), ("long", args.long)):
                 vs_id = fill(repo, store, args.chunks, long, seed=1)
                 found = measure(repo, vs_id, queries)
