@@ -16,7 +16,7 @@ files) of the chunks; recall@k against numpy's exact cosine over the same rows, 
 PostgreSQL's exact scan (`exact=True`) as the baseline of the same run. Full text: `rank` at
 k 50 with the store's query words (query_words), bounded (max_candidates) against bm25 over
 every match (unbounded): latency, chunks scored, and how many of the unbounded top 10 the
-bounded ranking keeps.
+bounded ranking keeps. `--skip-vectors`: full text only (no HNSW build, no vector searches).
 """
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the exact scans and unbounded bm25 on only the first N queries (0: all); at 1M"
         " each such search takes seconds",
     )
+    parser.add_argument(
+        "--skip-vectors", action="store_true", help="full text only: no HNSW, no vector searches"
+    )
     args = parser.parse_args(argv)
     data, queries, query_texts = _material(args.snippets, args.rows)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -75,12 +78,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         url = server.url(server.create_database())
         with psycopg.connect(url, autocommit=True) as conn:
             texts = [long_text(row, data) for row in range(data.size)]
-            results["load"] = _load(conn, data.vectors, texts, args.toast_target)
+            results["load"] = _load(
+                conn, data.vectors, texts, args.toast_target, index=not args.skip_vectors
+            )
             print(json.dumps(results, indent=1), flush=True)
             baseline = args.baseline_queries or len(queries)
             results["baseline_queries"] = baseline
-            results["vectors"] = _vector_runs(conn, data.vectors, queries, baseline)
-            print(json.dumps(results["vectors"], indent=1), flush=True)
+            if not args.skip_vectors:
+                results["vectors"] = _vector_runs(conn, data.vectors, queries, baseline)
+                print(json.dumps(results["vectors"], indent=1), flush=True)
             results["fulltext"] = _fulltext_runs(conn, query_texts, baseline)
     results["load_after"] = os.getloadavg()
     (args.out / f"search-{args.rows}.json").write_text(json.dumps(results, indent=1))
@@ -92,7 +98,11 @@ def _literal(vector: FloatMatrix) -> str:
 
 
 def _load(
-    conn: psycopg.Connection[Any], matrix: FloatMatrix, texts: list[str], toast_target: int
+    conn: psycopg.Connection[Any],
+    matrix: FloatMatrix,
+    texts: list[str],
+    toast_target: int,
+    index: bool = True,
 ) -> dict[str, Any]:
     for statement in [*pg_tables.TABLES, *vectors.DDL, *fulltext.DDL]:
         conn.execute(statement.encode())
@@ -117,7 +127,8 @@ def _load(
     )
     began = time.perf_counter()
     with conn.transaction():
-        vectors.create_tables(conn, KEY, matrix.shape[1])
+        if index:
+            vectors.create_tables(conn, KEY, matrix.shape[1])
     built = time.perf_counter() - began
     conn.execute("VACUUM ANALYZE chunks")
     ids = conn.execute("SELECT min(id), max(id) FROM chunks").fetchone()
@@ -131,7 +142,7 @@ def _load(
     return {
         "copy_rows_per_s": len(texts) / copied,
         "hnsw_build_s": built,
-        "hnsw_bytes_per_row": size(vectors.index_name(KEY)) / len(texts),
+        "hnsw_bytes_per_row": size(vectors.index_name(KEY)) / len(texts) if index else 0.0,
         "gin_bytes_per_row": size("chunks_words") / len(texts),
         "table_bytes_per_row": size("chunks") / len(texts),
         "heap_bytes_per_row": int(heap[0]) / len(texts) if heap else 0.0,
