@@ -35,7 +35,7 @@ from typing import Any
 from bench.pg_layouts import _material
 from bench.report import publish_section
 from bench.search import exact
-from bench.stats import median, percentile, recall_at_k
+from bench.stats import median, percentile, recall_at_k, share_kept
 from bench.vectors import DataSet, long_text
 from services.common.vectors import FloatMatrix
 from services.store.records import ChunkInput
@@ -151,24 +151,20 @@ def measure(
             latencies, found = timed(search, len(queries))
             # The first engine's hybrid and lexical rankings are the reference (1.000); they
             # may hold fewer than k chunks (a query whose words few chunks hold).
-            reference = (first or {mode: {"found": found}})[mode]["found"]
+            reference = found if first is None else first[mode]["found"]
             figures[mode] = {
                 "p50_ms": median(latencies),
                 "p95_ms": percentile(latencies, 95),
                 "recall_10": (
-                    recall_at_k(found, truth, K) if mode == "vector" else kept(found, reference)
+                    recall_at_k(found, truth, K)
+                    if mode == "vector"
+                    else share_kept(found, reference, K)
                 ),
                 "found": found,
             }
             print(engine, mode, {k: v for k, v in figures[mode].items() if k != "found"})
     figures["load_after"] = os.getloadavg()
     return figures
-
-
-def kept(found: Sequence[Sequence[int]], reference: Sequence[Sequence[int]]) -> float:
-    """The share of the reference's top K chunks that `found` holds in its top K."""
-    shared = sum(len(set(f[:K]) & set(r[:K])) for f, r in zip(found, reference, strict=True))
-    return shared / max(1, sum(len(r[:K]) for r in reference))
 
 
 _DATABASE_SIZE = "SELECT pg_database_size(current_database())"

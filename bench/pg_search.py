@@ -33,7 +33,7 @@ import numpy as np
 import psycopg
 
 from bench.pg_layouts import _material, _server
-from bench.stats import median, percentile, recall_at_k
+from bench.stats import median, percentile, recall_at_k, share_kept
 from bench.vectors import long_text
 from services.common.vectors import FloatMatrix
 from services.store.postgres import fulltext, vectors
@@ -247,11 +247,7 @@ def _fulltext_runs(
             "queries": len(found),
             # Of the unbounded top 10 (or fewer, when fewer chunks match), the share kept,
             # over the queries the unbounded run asked.
-            "kept_top10": sum(
-                len(set(mine) & set(best))
-                for mine, best in zip(top[: len(truth)], truth, strict=True)
-            )
-            / max(1, sum(len(best) for best in truth)),
+            "kept_top10": share_kept(top[: len(truth)], truth, 10),
         }
         print(label, out[label], flush=True)
     return out

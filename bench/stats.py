@@ -37,6 +37,13 @@ def recall_at_k(found: Sequence[Sequence[int]], exact: Sequence[Sequence[int]], 
     return hits / (k * len(exact))
 
 
+def share_kept(found: Sequence[Sequence[int]], reference: Sequence[Sequence[int]], k: int) -> float:
+    """The share of the reference lists' top k that `found` holds in its top k, over every
+    query (a reference may hold fewer than k: a query few chunks match)."""
+    shared = sum(len(set(f[:k]) & set(r[:k])) for f, r in zip(found, reference, strict=True))
+    return shared / max(1, sum(len(r[:k]) for r in reference))
+
+
 def ratio(value: float, baseline: float) -> float:
     if not (math.isfinite(value) and math.isfinite(baseline)) or baseline == 0:
         return math.nan
