@@ -205,6 +205,38 @@ def test_the_builder_loads_large_vector_stores_before_any_search(tmp_path: Path)
         check_invariants(repo.path)
 
 
+def test_the_builder_never_swaps_vector_stores_that_fit_only_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Two large vector stores, room for one: the builder loads one and stays idle after
+    (it used to load the other in its place, and back, for ever); a search of the other
+    wants it, and then it takes the place."""
+    one_store = 4 * DIMS * 5 + 4 * DIMS * 5 // 2
+    settings = IndexSettings(resident=ResidentSettings(inline_rows=2, budget_bytes=one_store))
+    rng = np.random.default_rng(9)
+    with open_repository(tmp_path / "ragd.db", index=settings) as repo:
+        stores, vectors = [], []
+        for name in ("a", "b"):
+            stores.append(repo.create_vector_store(name, MODEL, DIMS))
+            vectors.append(unit_vectors(rng, 5, DIMS))
+            add_file(repo, stores[-1].id, vectors[-1])
+        memory_loads = 0
+        while repo.build_indexes():
+            memory_loads += 1
+            assert memory_loads <= 3, "the builder keeps loading"
+        memory = in_memory(repo)
+        assert memory.loads == 1
+        loaded = [s for s in stores if repo.get_vector_store(s.id).in_memory]
+        assert len(loaded) == 1
+        other = 1 - stores.index(loaded[0])
+        assert repo.search(stores[other].id, vectors[other][2], k=1)[0].text == "chunk 2"
+        assert repo.build_indexes()
+        assert repo.get_vector_store(stores[other].id).in_memory
+        assert not repo.get_vector_store(loaded[0].id).in_memory
+        assert not repo.build_indexes()
+        assert memory.loads == 2
+
+
 def test_a_dropped_vector_store_leaves_memory(repo: Repository) -> None:
     rng = np.random.default_rng(5)
     vector_store = repo.create_vector_store("c", MODEL, DIMS)

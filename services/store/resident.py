@@ -245,8 +245,11 @@ class Resident:
             wanted, self._wanted = self._wanted, set()
             return wanted
 
-    def fits(self, dimensions: int, rows: int) -> bool:
-        return 4 * dimensions * rows <= self.settings.budget_bytes
+    def fits(self, dimensions: int, rows: int, evicting: bool = True) -> bool:
+        """Whether a vector store of this shape fits the budget: alone (the least recently
+        searched are dropped for it), or with `evicting` False beside those loaded now."""
+        needed = 4 * dimensions * rows + (0 if evicting else self.nbytes)
+        return needed <= self.settings.budget_bytes
 
     def get(self, key: int) -> VectorStore | None:
         with self._lock:

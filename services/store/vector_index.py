@@ -482,8 +482,10 @@ def in_memory(conn: apsw.Connection, owner: str, settings: resident.ResidentSett
 
 
 def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
-    """Loads one vector store into memory that a search wanted, else the most recently active
-    one not there yet, if it fits the budget; True if it loaded one (call again)."""
+    """Loads one vector store into memory that a search wanted (dropping the least recently
+    searched past the budget), else the most recently active one not there yet if it fits
+    beside those loaded; True if it loaded one (call again). Unwanted ones never drop others:
+    two that fit the budget only one at a time would replace each other for ever."""
     found = resident.for_database(database_key(conn), settings)
     if found is None or not vectors_available():
         return False
@@ -502,7 +504,7 @@ def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
             key=lambda row: row[0] not in wanted,
         )
         for key, owner, dimensions, count in candidates:
-            if found.fits(dimensions, count):
+            if found.fits(dimensions, count, evicting=key in wanted):
                 found.load(key, dimensions, partial(_all_vectors, conn, key), count, owner)
                 return True
     return False
