@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from services.common.vectors import to_bytes
 from services.pb import store_pb2 as pb
-from services.store import migrations, vector_stores
+from services.store import engine, migrations, vector_stores
 from services.store.db import atomic
 from services.store.errors import InvalidArgument
 from services.store.records import ChunkInput, SearchHit
@@ -338,6 +339,32 @@ def test_hybrid_hits_carry_their_rank_in_each_list(repo: Repository) -> None:
     assert {(h.vector_rank, h.lexical_rank) for h in repo.search(vector_store_id, query, k=5)} == {
         (0, 0)
     }
+
+
+def test_hybrid_runs_its_lexical_half_beside_its_vector_half_where_the_engine_can(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's Tantivy files are searched apart from the connection, so a hybrid search's
+    lexical half runs in a worker thread while the caller ranks by vector; PostgreSQL's
+    words are searched through the connection, after the vector half, in the caller's."""
+    vector_store_id, query, target = keyword_corpus(repo)
+    conn = repo._conn()
+    index_type = type(engine.of(conn).fulltext.for_database(conn))
+    searched_in: list[str] = []
+    search = index_type.search
+
+    def recording(self: object, *args: object) -> object:
+        searched_in.append(threading.current_thread().name)
+        return search(self, *args)
+
+    monkeypatch.setattr(index_type, "search", recording)
+    hybrid = repo.search(vector_store_id, query, k=7, mode="hybrid", query_text="frobnicator E1234")
+    assert texts(hybrid)[0] == target
+    caller = threading.current_thread().name
+    if index_type.apart:
+        assert len(searched_in) == 1 and searched_in[0].startswith("store-lexical")
+    else:
+        assert searched_in == [caller]
 
 
 def test_hybrid_and_lexical_apply_the_filter_to_both_lists(repo: Repository) -> None:

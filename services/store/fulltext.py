@@ -33,7 +33,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import ClassVar, cast
 
 import apsw
 import tantivy
@@ -156,6 +156,10 @@ class _Rebuild:
 @dataclass
 class FullText:
     """The full-text indexes of one database, for every thread of the process."""
+
+    # Searched apart from the database connection: a hybrid search's lexical half can run
+    # in another thread than its vector half (search/lexical.py's begin).
+    apart: ClassVar[bool] = True
 
     root: Path
     _lock: threading.RLock = field(default_factory=threading.RLock)

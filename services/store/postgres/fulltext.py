@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 from psycopg import Connection
@@ -353,6 +353,10 @@ class FullText:
     """The SQLite engine's FullText surface over one connection, for code written against it:
     searching takes the connection; keeping up, rebuilding and cleaning have nothing to do
     (the words are a column of the chunks)."""
+
+    # Searched through the connection, which one thread at a time may use: a hybrid search's
+    # lexical half runs after its vector half.
+    apart: ClassVar[bool] = False
 
     conn: Connection[Any]
     settings: FullTextSettings = field(default_factory=FullTextSettings)

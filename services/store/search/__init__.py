@@ -121,11 +121,13 @@ def run(
             ranked = lexical.relative(matched)
         else:
             count = hybrid.candidate_count(k)
+            words_found = (
+                lexical.begin(conn, key, text=text, k=count, condition=condition)
+                if lexical_ready
+                else lambda: ([], 0.0)
+            )
             near = nearest(count)
-            words: list[tuple[int, float]] = []
-            ceiling = 0.0
-            if lexical_ready:
-                words, ceiling = lexical.ranked(conn, key, text=text, k=count, condition=condition)
+            words, ceiling = words_found()
             # Every candidate's exact closeness to the query, those only the words found too.
             scores = dict(near)
             missing = [chunk for chunk, _ in words if chunk not in scores]

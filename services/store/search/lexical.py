@@ -11,7 +11,8 @@ Conversation history (items.py) still ranks with FTS5 (`fts_query`): a history i
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from services.store import engine
 from services.store.search.filters import matching_files
@@ -38,6 +39,14 @@ STOPWORDS = frozenset(
 )
 
 _PUNCTUATION = string.punctuation + "\u2018\u2019\u201c\u201d"
+
+# Hybrid searches' lexical halves, run beside their vector halves where the engine's full-text
+# index is searched apart from the database connection (SQLite's Tantivy files). Both halves
+# are mostly native code that lets go of the GIL (Tantivy, numpy), so on two cores a hybrid
+# search waits for its slower half rather than for both. Threads start when first needed.
+_BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store-lexical")
+
+Ranking = tuple[list[tuple[int, float]], float]
 
 
 def query_words(text: str) -> list[str]:
@@ -91,21 +100,36 @@ def ranked(
     text: str,
     k: int,
     condition: tuple[str, list[object]] | None,
-) -> tuple[list[tuple[int, float]], float]:
+) -> Ranking:
     """The keys of the k chunks that best match the words of `text` by bm25, best first,
     with their bm25 scores, and the highest score a chunk could reach for these words (see
     fulltext.FullText.search), inside the caller's read transaction; the caller has run
     fulltext's catch_up. Each word is a phrase of its terms ("E-1234": "e" then "1234"); any
     of them matches. With a compiled filter `condition`, only chunks of files whose
     attributes match compete."""
+    return begin(conn, key, text=text, k=k, condition=condition)()
+
+
+def begin(
+    conn: Connection,
+    key: int,
+    *,
+    text: str,
+    k: int,
+    condition: tuple[str, list[object]] | None,
+) -> Callable[[], Ranking]:
+    """ranked's ranking, begun: the function returned gives it (or raises what it raised).
+    Where the engine's index is searched apart from the connection, it runs in a worker
+    thread while the caller goes on (with a hybrid search's vector half); else at once."""
     words = query_words(text)
     if not words:
-        return [], 0.0
+        return lambda: ([], 0.0)
     files = matching_files(conn, key, condition) if condition is not None else None
-    found: tuple[list[tuple[int, float]], float] = (
-        engine.of(conn).fulltext.for_database(conn).search(key, words, k, files)
-    )
-    return found
+    index = engine.of(conn).fulltext.for_database(conn)
+    if index.apart:
+        return _BESIDE.submit(index.search, key, words, k, files).result
+    found: Ranking = index.search(key, words, k, files)
+    return lambda: found
 
 
 def relative(found: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
