@@ -28,6 +28,7 @@ from bench.vectors import DataSet, data_set, real_vectors
 from services.common.grpc_server import MAX_MESSAGE_BYTES
 from services.common.vectors import FloatMatrix, to_bytes
 from services.pb import embedder_pb2, embedder_pb2_grpc, store_pb2, store_pb2_grpc
+from services.store.vector_index import IndexSettings
 
 SCENARIO = "3 search"
 # Issue 16: default REST search (one client) p50 and the vector ranking's recall@10 against
@@ -154,8 +155,11 @@ def wait_for_index(
             if (index is None or index.endswith("=coarse")) and not loading:
                 return index, waited
             # "exact" a few seconds on: too small for a coarse index (the builder looks for
-            # work every 2 s).
-            if index is not None and index.endswith("=exact") and waited > 5:
+            # work every 2 s). A larger one is exact until the builder, which loads vectors
+            # into memory first, starts its build: searched before it ends, the search would
+            # share the cores with it (a core for minutes at 1M chunks).
+            small = vector_store.chunk_count < IndexSettings().min_rows
+            if index is not None and index.endswith("=exact") and small and waited > 5:
                 return index, waited
             if waited > timeout:
                 raise RuntimeError(f"the coarse index of {store_id} is still {index}")
