@@ -28,7 +28,9 @@ from services.gateway.parsing import extract_text
 from services.pb import store_pb2, store_pb2_grpc
 
 SCENARIO = "2 ingest"
-TARGET_VS_IN_PROCESS = 0.85
+# Issue 33: the pipeline (upload, parse, chunk, queue, embed through gRPC, store) keeps at
+# least this share of what the embedder's model does in process on the same chunks.
+TARGET_VS_IN_PROCESS = 0.9
 # A re-ingest this much faster than the first one means embeddings were served from a cache.
 _CACHE_SPEEDUP = 2.0
 _POLL_SECONDS = 0.2
@@ -186,9 +188,14 @@ def run(ctx: Context) -> None:
             stack_seconds=cold.seconds,
             in_process_seconds=first + second,
         )
-        note = "" if cold.chunks == len(chunks) else (
-            f"chunk counts differ: stack {cold.chunks}, in-process {len(chunks)}"
-        )  # fmt: skip
+        tokens = sum(len(ids) for ids in ctx.model().tokenize(chunks))
+        detail.update(tokens=tokens)
+        note = (
+            f"{tokens / cold.seconds:,.0f} tokens/s, in process "
+            f"{tokens / (first + second):,.0f} tokens/s"
+        )
+        if cold.chunks != len(chunks):
+            note += f"; chunk counts differ: stack {cold.chunks}, in-process {len(chunks)}"
         ctx.add(
             Row(
                 SCENARIO,
