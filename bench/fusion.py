@@ -1,9 +1,10 @@
 """Hybrid rankings compared offline: the same chunks, vectors and queries ranked by the
 lexical index before issue 33 (FTS5's bm25, bench/fts5.py) and after (Tantivy), each fused
-with the same vector candidates, by min-max fusion (before) and by evidence (the store's
-search/hybrid.py now); file-level recall@1, recall@10 and MRR@10 as scenario 9 counts them.
-Queries are split into two halves (even and odd) so that a setting chosen on one is checked
-on the other.
+with the same vector candidates: by min-max fusion (before issue 33), by evidence (issue 33's
+first fusion, ranked by each chunk's absolute score), and by the store's search/hybrid.py now
+(ranked by the lists' spreads, scored by evidence) at several vector weights; file-level
+recall@1, recall@10 and MRR@10 as scenario 9 counts them. Queries are split into two halves
+(even and odd) so that a setting chosen on one is checked on the other.
 
     python -m bench.fusion [--docs 2000] [--cache bench/results/cache] [--work DIR]
 
@@ -76,6 +77,20 @@ def _min_max(near: Sequence[tuple[int, float]], words: Sequence[tuple[int, float
     return [chunk for chunk, _ in hybrid.supported(own, vectors, texts, K)]
 
 
+def _min_max_all(near: Sequence[tuple[int, float]], words: Sequence[tuple[int, float]],
+                 doc_of: dict[int, int], cos: dict[int, float]) -> list[int]:  # fmt: skip
+    vectors = [
+        Candidate(c, str(doc_of[c]), cos[c]) for c in dict(near) | dict(words) if c in doc_of
+    ]
+    texts = [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of]
+    spread_near, spread_words = _spread(vectors), _spread(texts)
+    own = {
+        key: 0.5 * spread_near.get(key, 0.0) + 0.5 * spread_words.get(key, 0.0)
+        for key in [*spread_near, *spread_words]
+    }
+    return [chunk for chunk, _ in hybrid.supported(own, vectors, texts, K)]
+
+
 def variants() -> dict[str, Fuse]:
     found: dict[str, Fuse] = {
         "vector": lambda lists, doc_of, cos: [c for c, _ in lists[0]],
@@ -88,20 +103,49 @@ def variants() -> dict[str, Fuse]:
             lists[0], lists[1], doc_of
         ),
     }
-    for full, named in ((1.0, "ceiling"), (1.0 / (1.0 + fulltext.K1), "words once")):
-        for weight in (0.3, 0.4, 0.5, 0.6, 0.7):
-            found[f"hybrid evidence, full = {named}, weight {weight}"] = _evidence(weight, full)
+    found["hybrid min-max, every candidate's exact cosine"] = lambda lists, doc_of, cos: (
+        _min_max_all(lists[0], lists[1], doc_of, cos)
+    )
+    for weight in (0.5, 0.7):
+        found[f"hybrid ranked by evidence (issue 33's first), weight {weight}"] = _by_evidence(
+            weight
+        )
+    for weight in (0.3, 0.4, 0.5, 0.6, 0.7):
+        found[f"hybrid, the store's fusion, weight {weight}"] = _store(weight)
     return found
 
 
-def _evidence(weight: float, full: float) -> Fuse:
+def _candidates(lists: Lists, doc_of: dict[int, int], cos: dict[int, float]
+                ) -> tuple[list[Candidate], list[Candidate]]:  # fmt: skip
+    near, words, _, _ = lists
+    vectors = [Candidate(c, str(doc_of[c]), (1.0 + cos[c]) / 2.0)
+               for c in dict(near) | dict(words) if c in doc_of]  # fmt: skip
+    return vectors, [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of]
+
+
+def _store(weight: float) -> Fuse:
     def fuse(lists: Lists, doc_of: dict[int, int], cos: dict[int, float]) -> list[int]:
-        near, words, ceiling, _ = lists
-        vectors = [Candidate(c, str(doc_of[c]), (1.0 + cos[c]) / 2.0)
-                   for c in dict(near) | dict(words) if c in doc_of]  # fmt: skip
-        texts = [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of]
-        ranked = hybrid.fuse(vectors, texts, full * ceiling, K, weight)
-        return [chunk for chunk, _ in ranked]
+        vectors, texts = _candidates(lists, doc_of, cos)
+        listed = {c for c, _ in lists[0]}
+        return [chunk for chunk, _ in hybrid.fuse(vectors, texts, lists[2], K, weight, listed)]
+
+    return fuse
+
+
+def _by_evidence(weight: float) -> Fuse:
+    """Each chunk ranked by its own absolute evidence (the score the store reports), as the
+    store ranked from issue 33's first fusion until the man-page set showed it lower."""
+
+    def fuse(lists: Lists, doc_of: dict[int, int], cos: dict[int, float]) -> list[int]:
+        vectors, texts = _candidates(lists, doc_of, cos)
+        ceiling = lists[2]
+        near = {c.key: max(0.0, 2.0 * c.score - 1.0) for c in vectors}
+        words = {c.key: min(1.0, c.score / ceiling) for c in texts} if ceiling > 0 else {}
+        own = {
+            key: weight * near.get(key, 0.0) + (1.0 - weight) * words.get(key, 0.0)
+            for key in [*near, *words]
+        }
+        return [chunk for chunk, _ in hybrid.supported(own, vectors, texts, K)]
 
     return fuse
 

@@ -419,6 +419,22 @@ def test_fusion_weighs_both_lists_evidence() -> None:
     assert [key for key, _ in alone] == [2] and alone[0][1] == pytest.approx(0.7)
 
 
+def test_fusion_ranks_by_each_lists_spread_and_scores_by_evidence() -> None:
+    # Vector list (scores (1 + cos) / 2): 1 cos .6, 2 .58, 3 .4, 5 .2; chunk 4 only the words
+    # found, its exact cos .55. Lexical bm25 over a ceiling of 10: 3 = .9, 4 = .5, 2 = .3.
+    vector = [hit(1, "f1", 0.8), hit(2, "f2", 0.79), hit(3, "f3", 0.7), hit(5, "f5", 0.6)]
+    vector.append(hit(4, "f4", 0.775))
+    lexical = [hit(3, "f3", 9.0), hit(4, "f4", 5.0), hit(2, "f2", 3.0)]
+    fused = fuse(vector, lexical, 10.0, k=5, weight=0.5, listed={1, 2, 3, 5})
+    # Spreads (best 1, last 0 of each list; 4 has no place in the vector list): 3 = .25 + .5,
+    # 1 = .5, 2 = .475 + 0, 4 = 0 + .17, 5 = 0. By evidence 4 (.275 + .25) would come second.
+    assert [key for key, _ in fused] == [3, 1, 2, 4, 5]
+    # Scores are evidence (3 = .2 + .45, 1 = .3), never above the one ranked before.
+    assert [score for _, score in fused] == pytest.approx([0.65, 0.3, 0.3, 0.3, 0.1])
+    # Spreading every candidate's cosine instead (4's .55 near the top) would lift 4.
+    assert [key for key, _ in fuse(vector, lexical, 10.0, k=5, weight=0.5)][:2] == [3, 4]
+
+
 def test_fusion_lets_other_files_in_before_a_files_next_chunk() -> None:
     # Three chunks of one file lead the vector list, a second file's chunk comes next.
     vector = [
@@ -575,6 +591,7 @@ def test_filtered_lexical_and_hybrid_are_exact(
         [Candidate(c, file_of[c], score) for c, score in found],
         ceiling,
         k,
+        listed=set(near),
     )
     hybrid = repo.search(vector_store_id, query, k=k, mode="hybrid", query_text=text, filter=node)
     assert keys(hybrid) == [key for key, _ in fused]

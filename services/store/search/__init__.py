@@ -139,6 +139,7 @@ def run(
                 ceiling,
                 k,
                 weight=hybrid.VECTOR_WEIGHT if vector_weight is None else vector_weight,
+                listed={chunk for chunk, _ in near},
             )
             ranks = _ranks(near, words)
         kept = [(chunk, s) for chunk, s in ranked if s >= score_threshold]
