@@ -66,22 +66,14 @@ def _spread(candidates: Sequence[Candidate]) -> dict[int, float]:
 
 
 def _min_max(near: Sequence[tuple[int, float]], words: Sequence[tuple[int, float]],
-             doc_of: dict[int, int]) -> list[int]:  # fmt: skip
-    vectors = [Candidate(c, str(doc_of[c]), s) for c, s in near if c in doc_of]
-    texts = [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of]
-    spread_near, spread_words = _spread(vectors), _spread(texts)
-    own = {
-        key: 0.5 * spread_near.get(key, 0.0) + 0.5 * spread_words.get(key, 0.0)
-        for key in [*spread_near, *spread_words]
-    }
-    return [chunk for chunk, _ in hybrid.supported(own, vectors, texts, K)]
-
-
-def _min_max_all(near: Sequence[tuple[int, float]], words: Sequence[tuple[int, float]],
-                 doc_of: dict[int, int], cos: dict[int, float]) -> list[int]:  # fmt: skip
-    vectors = [
-        Candidate(c, str(doc_of[c]), cos[c]) for c in dict(near) | dict(words) if c in doc_of
-    ]
+             doc_of: dict[int, int], cos: dict[int, float] | None = None) -> list[int]:  # fmt: skip
+    """Min-max fusion, the vector spread over the vector list's own candidates, or with `cos`
+    over every candidate's exact cosine."""
+    if cos is None:
+        vectors = [Candidate(c, str(doc_of[c]), s) for c, s in near if c in doc_of]
+    else:
+        every = dict(near) | dict(words)
+        vectors = [Candidate(c, str(doc_of[c]), cos[c]) for c in every if c in doc_of]
     texts = [Candidate(c, str(doc_of[c]), s) for c, s in words if c in doc_of]
     spread_near, spread_words = _spread(vectors), _spread(texts)
     own = {
@@ -103,8 +95,8 @@ def variants() -> dict[str, Fuse]:
             lists[0], lists[1], doc_of
         ),
     }
-    found["hybrid min-max, every candidate's exact cosine"] = lambda lists, doc_of, cos: (
-        _min_max_all(lists[0], lists[1], doc_of, cos)
+    found["hybrid min-max, every candidate's exact cosine"] = lambda lists, doc_of, cos: _min_max(
+        lists[0], lists[1], doc_of, cos
     )
     for weight in (0.5, 0.7):
         found[f"hybrid ranked by evidence (issue 33's first), weight {weight}"] = _by_evidence(
