@@ -5,10 +5,10 @@ Two things are computed per candidate, for two jobs:
 
 - Its rank comes from each list's spread over its own candidates for this query (min-max:
   the best 1, the last 0, nothing for a chunk the list lacks), VECTOR_WEIGHT of the vector
-  spread plus the rest of the lexical one. A
-  spread adapts to the query (a short query's cosines all sit close together), which ranks
-  better than absolute evidence does: MRR@10 0.668 against 0.635-0.646 for every weight on
-  953 Linux man pages, 0.870 for both on 500 docstrings (bench/fusion.py, BENCHMARKS.md).
+  spread plus the rest of the lexical one. A spread adapts to the query (a short query's
+  cosines all sit close together), which ranks better than absolute evidence does: MRR@10
+  0.668 against 0.635-0.646 at every weight on 953 Linux man pages, 0.871 against 0.870 on
+  500 docstrings (bench/fusion.py, BENCHMARKS.md).
   A chunk then gains FILE_SUPPORT times the best value of another candidate of its file, and
   each further chunk of a file counts FILE_DECAY times less than the one before it: the top
   k holds more files, while one file that matches far better than the rest still fills it.
