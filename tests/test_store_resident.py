@@ -80,6 +80,18 @@ def test_sign_bit_scan_finds_the_nearest_and_exact_forces_the_scan() -> None:
     assert found / 500 >= 0.95
 
 
+@pytest.mark.parametrize("rows", [5000, 70_000, 3000])
+def test_the_hamming_scan_takes_exactly_the_nearest_by_distance(rows: int) -> None:
+    # One thread scans stores of several sizes in turn: its work arrays are reused.
+    rng = np.random.default_rng(rows)
+    bits = np.ascontiguousarray(resident._sign_bits(unit_vectors(rng, rows, 100), 2).T)
+    query = resident._sign_bits(unit_vectors(rng, 1, 100), 2)[0]
+    distance = sum(np.bitwise_count(bits[word] ^ query[word]).astype(np.int64) for word in (0, 1))
+    taken = resident._hamming_nearest(bits, rows, query, 700)
+    assert len(set(taken.tolist())) == 700
+    assert distance[taken].max() == np.sort(distance)[699]
+
+
 def test_rows_arriving_out_of_order_are_still_found_and_deleted() -> None:
     vectors = VectorStore(4, ResidentSettings())
     vectors.append(np.asarray([5, 9]), np.eye(4, dtype=np.float32)[:2])
