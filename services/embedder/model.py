@@ -20,12 +20,17 @@ from types import TracebackType
 # libgomp spins 300k rounds there and between passes, holding a core that the store, the
 # gateway or another replica needs (one-text requests ran ~10x slower on a contended host);
 # PASSIVE alone puts a thread to sleep at every barrier, which made a 2-thread query pass 4x
-# slower (9.4 vs 2.2 ms) and batches ~10% slower. PASSIVE with 1,000 rounds of spinning first:
-# barriers are crossed awake, and an idle embedder uses no CPU (measured: 0.000 s over 2 s).
+# slower (9.4 vs 2.2 ms) and batches ~10% slower. PASSIVE with 10,000 rounds of spinning
+# first: barriers are crossed awake, and an idle embedder uses no CPU (0.000 s over 2 s).
+# Fewer rounds (1,000) cost a query that finds the embedder idle, as most searches do: through
+# gRPC, after 30 ms without work, 19-22 ms against 14-15 ms at 10,000, with the same CPU (the
+# cores wake slowly and the first barriers are crossed asleep); beside two busy processes a
+# query took 14-18 ms at p50 against 9 ms. 30,000 and 100,000 were faster still when idle but
+# had tails of 65-107 ms at p90 beside the busy processes (BENCHMARKS.md, issue 33).
 # libgomp reads these when it loads, i.e. at the llama_cpp import below; an operator's own
 # settings win.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 import llama_cpp
 import numpy as np
