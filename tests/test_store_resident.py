@@ -80,9 +80,9 @@ def test_sign_bit_scan_finds_the_nearest_and_exact_forces_the_scan() -> None:
     assert found / 500 >= 0.95
 
 
-@pytest.mark.parametrize("rows", [5000, 70_000, 3000])
+@pytest.mark.parametrize("rows", [3000, 70_000])
 def test_the_hamming_scan_takes_exactly_the_nearest_by_distance(rows: int) -> None:
-    # One thread scans stores of several sizes in turn: its work arrays are reused.
+    # 700 of 3,000 random rows: the 700th distance is shared by many rows, some left out.
     rng = np.random.default_rng(rows)
     bits = np.ascontiguousarray(resident._sign_bits(unit_vectors(rng, rows, 100), 2).T)
     query = resident._sign_bits(unit_vectors(rng, 1, 100), 2)[0]
