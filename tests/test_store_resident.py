@@ -130,6 +130,23 @@ def test_the_budget_keeps_the_most_recently_searched_vector_stores() -> None:
     assert memory.load(4, 256, lambda: [], 10_000_000) is None
 
 
+def test_a_vector_store_near_the_budget_stays_in_memory_through_writes() -> None:
+    """The budget counts rows, not the room the buffers keep for more: at 1M rows and the
+    default budget, the first write used to double the buffers past it, and the vector
+    store left memory after every write."""
+    row = np.ones(DIMS, dtype="<f4").tobytes()
+    memory = Resident(ResidentSettings(budget_bytes=1100 * resident.row_bytes(DIMS)))
+    loaded = memory.load(1, DIMS, lambda: [(i, row) for i in range(1, 1001)], 1000)
+    assert loaded is not None and memory.get(1) is loaded
+    for rowid in range(1001, 1101, 10):
+        memory.apply([resident.Change(1, rows=[(rowid + i, row) for i in range(10)])])
+        assert memory.get(1) is loaded
+    assert loaded.live_rows == 1100 and memory.nbytes == 1100 * resident.row_bytes(DIMS)
+    # Past the budget it leaves memory, and searches go to SQLite.
+    memory.apply([resident.Change(1, rows=[(1101, row)])])
+    assert memory.get(1) is None
+
+
 # The store: the copy in memory follows the database
 
 
@@ -223,7 +240,7 @@ def test_the_builder_never_swaps_vector_stores_that_fit_only_one_at_a_time(
     """Two large vector stores, room for one: the builder loads one and stays idle after
     (it used to load the other in its place, and back, for ever); a search of the other
     wants it, and then it takes the place."""
-    one_store = 4 * DIMS * 5 + 4 * DIMS * 5 // 2
+    one_store = 7 * resident.row_bytes(DIMS)
     settings = IndexSettings(resident=ResidentSettings(inline_rows=2, budget_bytes=one_store))
     rng = np.random.default_rng(9)
     with open_repository(tmp_path / "ragd.db", index=settings) as repo:

@@ -31,6 +31,8 @@ import numpy.typing as npt
 Ids = npt.NDArray[np.int64]
 # (rowid, cosine distance) best first, as vector_index's searches return them.
 Hits = list[tuple[int, float]]
+# A loaded vector store has room for a further 1/_LOAD_HEADROOM of its rows.
+_LOAD_HEADROOM = 8
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,16 @@ class Change:
     dropped: bool = False
 
 
+def _word_count(dimensions: int) -> int:
+    """uint64 words of a row's sign bits."""
+    return (dimensions + 63) // 64
+
+
+def row_bytes(dimensions: int) -> int:
+    """The memory of one resident row: its floats, sign bits, rowid and live flag."""
+    return 4 * dimensions + 8 * _word_count(dimensions) + 8 + 1
+
+
 class VectorStore:
     """One vector_store's vectors: rows are appended into buffers that grow by doubling, and
     a search works on a consistent prefix of them (`count` is published last)."""
@@ -85,7 +97,7 @@ class VectorStore:
 
     @property
     def _words(self) -> int:
-        return (self.dimensions + 63) // 64
+        return _word_count(self.dimensions)
 
     @property
     def live_rows(self) -> int:
@@ -93,7 +105,12 @@ class VectorStore:
 
     @property
     def nbytes(self) -> int:
-        return int(self._matrix.nbytes + self._ids.nbytes + self._live.nbytes + self._bits.nbytes)
+        """The memory its rows take. The buffers' room beyond them is address space that no
+        page backs until rows fill it, so it is not counted: counting it, the first write
+        after loading 1M rows doubled the buffers past the 2 GiB budget, dropped the vector
+        store and sent every search to SQLite until the next load, which the next write
+        dropped again (BENCHMARKS.md, issue 33)."""
+        return self.count * row_bytes(self.dimensions)
 
     def append(self, ids: Ids, vectors: npt.NDArray[np.float32]) -> None:
         if len(ids) == 0:
@@ -256,7 +273,7 @@ class Resident:
     def fits(self, dimensions: int, rows: int, evicting: bool = True) -> bool:
         """Whether a vector store of this shape fits the budget: alone (the least recently
         searched are dropped for it), or with `evicting` False beside those loaded now."""
-        needed = 4 * dimensions * rows + (0 if evicting else self.nbytes)
+        needed = rows * row_bytes(dimensions) + (0 if evicting else self.nbytes)
         return needed <= self.settings.budget_bytes
 
     def get(self, key: int) -> VectorStore | None:
@@ -279,7 +296,10 @@ class Resident:
         if not self.fits(dimensions, expected_rows):
             return None
         version, generation = self.version(key), self._generation
-        loaded = VectorStore(dimensions, self.settings, owner, capacity=expected_rows)
+        # Room for the writes to come: growing copies every row (a second at 1M rows, in a
+        # write's commit).
+        capacity = expected_rows + expected_rows // _LOAD_HEADROOM
+        loaded = VectorStore(dimensions, self.settings, owner, capacity=capacity)
         # In slices, so that a million rows never sit in memory twice as Python bytes.
         ids: list[int] = []
         blobs: list[bytes] = []
