@@ -3,6 +3,7 @@ the database through every write, rollback and drop."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,6 +116,40 @@ def test_a_load_raced_by_a_commit_is_not_kept() -> None:
     assert loaded is not None and loaded.live_rows == 1
     assert memory.get(3) is None
     assert memory.load(3, 4, lambda: rows, expected_rows=1) is memory.get(3)
+
+
+def test_a_watched_load_keeps_the_commits_its_snapshot_missed() -> None:
+    """A load of 1M rows takes longer than the gap between two writes: it is kept, with the
+    writes committed meanwhile, instead of being read again after every write."""
+    memory = Resident(ResidentSettings())
+
+    def row(rowid: int) -> tuple[int, bytes]:
+        return rowid, np.full(4, rowid, dtype="<f4").tobytes()
+
+    watch = memory.watch()
+    # Committed after the watch began but before the snapshot: in both.
+    memory.apply([resident.Change(3, rows=[row(2)])])
+
+    def read() -> list[tuple[int, bytes]]:
+        memory.apply([resident.Change(3, rows=[row(3), row(4)]), resident.Change(3, deleted=[1])])
+        memory.apply([resident.Change(5, rows=[row(9)])])  # another vector store
+        return [row(1), row(2)]
+
+    loaded = memory.load(3, 4, read, expected_rows=2, watch=watch)
+    memory.unwatch(watch)
+    assert loaded is not None and memory.get(3) is loaded
+    assert loaded.rows()[0].tolist() == [2, 3, 4]
+    assert loaded.live_rows == 3
+
+    # Dropped while it loaded: not kept.
+    def read_dropped() -> list[tuple[int, bytes]]:
+        memory.apply([resident.Change(6, dropped=True)])
+        return [row(1)]
+
+    watch = memory.watch()
+    dropped = memory.load(6, 4, read_dropped, 1, watch=watch)
+    memory.unwatch(watch)
+    assert dropped is not None and memory.get(6) is None
 
 
 def test_the_budget_keeps_the_most_recently_searched_vector_stores() -> None:
@@ -297,3 +332,39 @@ def test_memory_off_searches_sqlite(tmp_path: Path) -> None:
         add_file(repo, vector_store.id, vectors)
         assert repo.search(vector_store.id, vectors[2], k=1)[0].text == "chunk 2"
         assert resident.existing(database_key(repo._sqlite("resident vectors"))) is None
+
+
+def test_the_builder_keeps_a_load_that_writes_raced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file added while the background builder reads a vector store into memory: the copy
+    is kept (one load, not one per write) and holds the file's chunks."""
+    settings = IndexSettings(resident=ResidentSettings(inline_rows=2))
+    rng = np.random.default_rng(13)
+    with open_repository(tmp_path / "ragd.db", index=settings) as repo:
+        vector_store = repo.create_vector_store("a", MODEL, DIMS)
+        add_file(repo, vector_store.id, unit_vectors(rng, 5, DIMS))
+        later = unit_vectors(rng, 3, DIMS)
+        added: list[str] = []
+        reads = vector_index._all_vectors
+
+        def racing(conn: object, key: int) -> Iterator[tuple[int, bytes]]:
+            rows = reads(conn, key)  # type: ignore[arg-type]
+            yield next(rows)
+            writer = threading.Thread(
+                target=lambda: added.append(add_file(repo, vector_store.id, later))
+            )
+            writer.start()
+            writer.join()
+            yield from rows
+
+        monkeypatch.setattr(vector_index, "_all_vectors", racing)
+        assert repo.build_indexes()
+        monkeypatch.undo()
+        assert added and in_memory(repo).loads == 1
+        assert repo.get_vector_store(vector_store.id).in_memory
+        assert in_memory(repo).get(1) is not None
+        assert in_memory(repo).get(1).live_rows == 8  # type: ignore[union-attr]
+        found = repo.search(vector_store.id, later[1], k=1)[0]
+        assert (found.file_id, found.text) == (added[0], "chunk 1")
+        check_invariants(repo.path)

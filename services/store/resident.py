@@ -11,8 +11,9 @@ opens it. A vector store is loaded on its first search (one scan of its vectors)
 against a memory budget (the least recently searched vector stores are dropped past it) and
 kept current by this process's own writes: vector_index's insert, delete and drop call
 `record`, and db.atomic() calls `committed` after COMMIT (`discarded` after a rollback), so
-only committed changes reach memory. A vector store loaded while a write to it was in flight
-is used for that one search and loaded again by the next.
+only committed changes reach memory. The background builder's loads watch the commits made
+while they read and apply them; a small vector store loaded by a search while a write to it
+was in flight is used for that one search and loaded again by the next.
 
 No apsw here: callers hand in the rows they read.
 """
@@ -161,17 +162,49 @@ class VectorStore:
 
     def delete(self, ids: Iterable[int]) -> None:
         with self._lock:
-            n = self.count
-            wanted = np.fromiter(ids, dtype=np.int64)
-            if self._sorted:
-                positions = np.searchsorted(self._ids[:n], wanted)
-                positions = positions[positions < n]
-                positions = positions[np.isin(self._ids[positions], wanted)]
-            else:
-                positions = np.nonzero(np.isin(self._ids[:n], wanted))[0]
+            positions, held = self._find(np.fromiter(ids, dtype=np.int64))
+            positions = positions[held]
             alive = positions[self._live[positions]]
             self._live[alive] = False
             self.dead += len(alive)
+
+    def _find(self, wanted: Ids) -> tuple[Ids, npt.NDArray[np.bool_]]:
+        """The row position of each wanted rowid, and whether it is there at all (where it
+        is not, the position is any)."""
+        n = self.count
+        if n == 0:
+            return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
+        ids = self._ids[:n]
+        order = None if self._sorted else np.argsort(ids, kind="stable")
+        positions = np.minimum(np.searchsorted(ids, wanted, sorter=order), n - 1)
+        if order is not None:
+            positions = order[positions]
+        return positions, ids[positions] == wanted
+
+    def change(self, change: Change, fresh_only: bool = False) -> None:
+        """Applies a committed change's deletions and rows (`fresh_only`: not the rows it
+        holds already)."""
+        if change.deleted:
+            self.delete(change.deleted)
+        if not change.rows:
+            return
+        ids = np.fromiter((r[0] for r in change.rows), dtype=np.int64)
+        matrix = np.frombuffer(b"".join(r[1] for r in change.rows), dtype="<f4").reshape(
+            len(ids), self.dimensions
+        )
+        if fresh_only:
+            fresh = ~self._find(ids)[1]
+            ids, matrix = ids[fresh], matrix[fresh]
+        self.append(ids, matrix)
+
+    def replay(self, changes: Sequence[Change]) -> bool:
+        """Applies changes that may overlap what it was loaded with; False if one dropped
+        the vector store."""
+        for change in changes:
+            if change.dropped:
+                return False
+            self.change(change, fresh_only=True)
+        return True
 
     def rows(self) -> tuple[Ids, npt.NDArray[np.float32]]:
         """The live rowids and their (unit) vectors, in rowid order."""
@@ -243,6 +276,16 @@ class _Pending:
     changes: list[Change] = field(default_factory=list)
 
 
+@dataclass(eq=False)
+class Watch:
+    """The changes committed since it began (Resident.watch), for a load that reads a
+    snapshot taken after it: what the load misses is here, and what it has is replayed
+    harmlessly (deleting twice is nothing; a rowid it holds is not added again)."""
+
+    generation: int
+    changes: list[Change] = field(default_factory=list)
+
+
 class Resident:
     """The resident vector stores of one database, by vector store key."""
 
@@ -255,6 +298,7 @@ class Resident:
         self._wanted: set[int] = set()
         # Bumped by forget(): a load begun before it is of a database that is gone.
         self._generation = 0
+        self._watches: list[Watch] = []
         self.loads = 0
 
     def version(self, key: int) -> int:
@@ -269,6 +313,19 @@ class Resident:
         with self._lock:
             wanted, self._wanted = self._wanted, set()
             return wanted
+
+    def watch(self) -> Watch:
+        """Begins keeping every committed change for a load whose snapshot is yet to be
+        taken; end it with unwatch."""
+        with self._lock:
+            watch = Watch(self._generation)
+            self._watches.append(watch)
+            return watch
+
+    def unwatch(self, watch: Watch) -> None:
+        with self._lock:
+            if watch in self._watches:
+                self._watches.remove(watch)
 
     def fits(self, dimensions: int, rows: int, evicting: bool = True) -> bool:
         """Whether a vector store of this shape fits the budget: alone (the least recently
@@ -290,9 +347,14 @@ class Resident:
         rows: Callable[[], Iterable[tuple[int, bytes]]],
         expected_rows: int,
         owner: str = "",
+        watch: Watch | None = None,
     ) -> VectorStore | None:
         """Reads a vector store with `rows()` (inside the caller's read transaction) and keeps
-        it if it fits the budget and nothing changed it meanwhile; None if it cannot fit."""
+        it if it fits the budget; None if it cannot fit. With a `watch` begun before that
+        transaction, the changes committed since are applied to it; without one, a load that
+        a commit raced serves only its own snapshot. A load of a million rows takes longer
+        than the gap between two writes: discarded, it was read again and again, and the
+        vector store never came into memory while writes went on (BENCHMARKS.md, issue 33)."""
         if not self.fits(dimensions, expected_rows):
             return None
         version, generation = self.version(key), self._generation
@@ -313,7 +375,12 @@ class Resident:
         loaded.sort()
         self.loads += 1
         with self._lock:
-            if self.version(key) != version or self._generation != generation:
+            if watch is not None:
+                if watch.generation != self._generation or not loaded.replay(
+                    [change for change in watch.changes if change.key == key]
+                ):
+                    return loaded
+            elif self.version(key) != version or self._generation != generation:
                 return loaded  # a commit raced the load: good for this snapshot only
             self._vector_stores[key] = loaded
             self._vector_stores.move_to_end(key)
@@ -330,6 +397,8 @@ class Resident:
 
     def apply(self, changes: Sequence[Change]) -> None:
         with self._lock:
+            for watch in self._watches:
+                watch.changes.extend(changes)
             for change in changes:
                 self._versions[change.key] = self.version(change.key) + 1
                 found = self._vector_stores.get(change.key)
@@ -338,14 +407,7 @@ class Resident:
                 if change.dropped:
                     del self._vector_stores[change.key]
                     continue
-                if change.deleted:
-                    found.delete(change.deleted)
-                if change.rows:
-                    ids = np.fromiter((r[0] for r in change.rows), dtype=np.int64)
-                    matrix = np.frombuffer(
-                        b"".join(r[1] for r in change.rows), dtype="<f4"
-                    ).reshape(len(ids), found.dimensions)
-                    found.append(ids, matrix)
+                found.change(change)
             self._evict(keep=-1)
 
     def loaded(self) -> dict[int, VectorStore]:

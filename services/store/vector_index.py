@@ -490,6 +490,21 @@ def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
     if found is None or not vectors_available():
         return False
     loaded = found.loaded()
+    # Begun before the read transaction takes its snapshot: the writes committed while a
+    # large vector store loads reach it too.
+    watch = found.watch()
+    try:
+        return _load_one(conn, found, loaded, watch)
+    finally:
+        found.unwatch(watch)
+
+
+def _load_one(
+    conn: apsw.Connection,
+    found: resident.Resident,
+    loaded: dict[int, resident.VectorStore],
+    watch: resident.Watch,
+) -> bool:
     with atomic(conn, write=False):
         rows = cast(
             list[tuple[int, str, int, int]],
@@ -505,7 +520,8 @@ def warm(conn: apsw.Connection, settings: resident.ResidentSettings) -> bool:
         )
         for key, owner, dimensions, count in candidates:
             if found.fits(dimensions, count, evicting=key in wanted):
-                found.load(key, dimensions, partial(_all_vectors, conn, key), count, owner)
+                rows_of = partial(_all_vectors, conn, key)
+                found.load(key, dimensions, rows_of, count, owner, watch=watch)
                 return True
     return False
 
