@@ -173,9 +173,12 @@ def test_a_vector_store_near_the_budget_stays_in_memory_through_writes() -> None
     memory = Resident(ResidentSettings(budget_bytes=1100 * resident.row_bytes(DIMS)))
     loaded = memory.load(1, DIMS, lambda: [(i, row) for i in range(1, 1001)], 1000)
     assert loaded is not None and memory.get(1) is loaded
+    # Loaded with room for what the budget holds: no write copies the rows to grow.
+    buffer = loaded._matrix
     for rowid in range(1001, 1101, 10):
         memory.apply([resident.Change(1, rows=[(rowid + i, row) for i in range(10)])])
         assert memory.get(1) is loaded
+    assert loaded._matrix is buffer
     assert loaded.live_rows == 1100 and memory.nbytes == 1100 * resident.row_bytes(DIMS)
     # Past the budget it leaves memory, and searches go to SQLite.
     memory.apply([resident.Change(1, rows=[(1101, row)])])

@@ -32,7 +32,7 @@ import numpy.typing as npt
 Ids = npt.NDArray[np.int64]
 # (rowid, cosine distance) best first, as vector_index's searches return them.
 Hits = list[tuple[int, float]]
-# A loaded vector store has room for a further 1/_LOAD_HEADROOM of its rows.
+# A loaded vector store has room for at least a further 1/_LOAD_HEADROOM of its rows.
 _LOAD_HEADROOM = 8
 
 
@@ -358,9 +358,13 @@ class Resident:
         if not self.fits(dimensions, expected_rows):
             return None
         version, generation = self.version(key), self._generation
-        # Room for the writes to come: growing copies every row (a second at 1M rows, in a
-        # write's commit).
-        capacity = expected_rows + expected_rows // _LOAD_HEADROOM
+        # Room for the writes to come, up to twice the rows or what the budget holds: growing
+        # copies every row in a write's commit (5 s at 1.15M rows), and room no row fills is
+        # address space, not memory.
+        capacity = max(
+            expected_rows + expected_rows // _LOAD_HEADROOM,
+            min(2 * expected_rows, self.settings.budget_bytes // row_bytes(dimensions)),
+        )
         loaded = VectorStore(dimensions, self.settings, owner, capacity=capacity)
         # In slices, so that a million rows never sit in memory twice as Python bytes.
         ids: list[int] = []
