@@ -243,11 +243,23 @@ def test_vacuum_gives_free_pages_back_in_slices(
         return real(conn, **kwargs)
 
     monkeypatch.setattr(vacuum, "STEP_PAGES", 16)
+    monkeypatch.setattr(vacuum, "MIN_STEP_PAGES", 16)
     monkeypatch.setattr(vacuum, "atomic", counted)
     result = repo.vacuum()
     assert free_pages(repo.path) == (vacuum.INCREMENTAL, 0)
     assert result.bytes_after < result.bytes_before
     assert len(slices) >= free // 16
+
+
+def test_a_slow_vacuum_slice_makes_the_next_smaller() -> None:
+    """A write waits behind a whole slice: slices that take long shrink, quick ones grow back
+    to STEP_PAGES, never beyond."""
+    slow, quick = 2 * vacuum.SLICE_SECONDS, vacuum.SLICE_SECONDS / 10
+    assert vacuum.next_step(vacuum.STEP_PAGES, slow) == vacuum.STEP_PAGES // 2
+    assert vacuum.next_step(vacuum.MIN_STEP_PAGES, slow) == vacuum.MIN_STEP_PAGES
+    assert vacuum.next_step(vacuum.STEP_PAGES // 2, quick) == vacuum.STEP_PAGES
+    assert vacuum.next_step(vacuum.STEP_PAGES, quick) == vacuum.STEP_PAGES
+    assert vacuum.next_step(64, vacuum.SLICE_SECONDS / 2) == 64
 
 
 def test_the_first_vacuum_of_an_older_database_switches_it(tmp_path: Path) -> None:

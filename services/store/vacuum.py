@@ -4,8 +4,9 @@ A plain VACUUM rewrites the whole file inside one write transaction: at 1M chunk
 every write waited 14 minutes while its WAL grew to twice the file. Here the database is in
 `auto_vacuum = INCREMENTAL` mode (new databases are made so, db.open_database), so freed pages
 stay on SQLite's free list and `PRAGMA incremental_vacuum(n)` moves the last n pages of the
-file into free slots and truncates it: the work is done in slices of STEP_PAGES, each its own
-short write transaction, with a pause between them in which waiting writers go first.
+file into free slots and truncates it: the work is done in slices of at most STEP_PAGES (fewer
+when a slice takes long: next_step), each its own short write transaction, with a pause
+between them in which waiting writers go first.
 Incremental vacuum does not defragment (it moves pages, it does not rewrite tables in order);
 space is what it is for.
 
@@ -32,9 +33,15 @@ from services.store.db import BUSY_TIMEOUT_MS, atomic, vectors_available
 from services.store.maintenance import file_bytes
 from services.store.records import VacuumResult
 
-# Pages moved per transaction (2 MiB of 4 KiB pages): short enough that a write waiting behind
-# one waits well under a second on 2 busy cores.
+# Pages moved per transaction, at most (2 MiB of 4 KiB pages), and at least.
 STEP_PAGES = 512
+MIN_STEP_PAGES = 16
+# A slice that took longer than this moves half the pages next time, one under a quarter of
+# it twice as many (up to STEP_PAGES): what a page costs to move varies with the tables it
+# belongs to and with the load, and a write waits behind a whole slice. (At 1M chunks, with
+# 2 clients writing and 4 searching, one write waited 1.06 s during a vacuum of fixed
+# 512-page slices: BENCHMARKS.md, issue 33.)
+SLICE_SECONDS = 0.15
 # Between two slices: writers queued behind one get the lock first.
 PAUSE_SECONDS = 0.02
 COMPACT_MAX_ROWS = 20_000
@@ -44,6 +51,15 @@ INCREMENTAL = 2
 def _pragma(conn: apsw.Connection, name: str) -> int:
     row = conn.execute(f"PRAGMA {name}").fetchone()
     return int(row[0]) if row is not None and row[0] is not None else 0
+
+
+def next_step(pages: int, seconds: float) -> int:
+    """The pages of the next slice, after one of `pages` took `seconds` (its commit included)."""
+    if seconds > SLICE_SECONDS:
+        return max(MIN_STEP_PAGES, pages // 2)
+    if seconds < SLICE_SECONDS / 4:
+        return min(STEP_PAGES, pages * 2)
+    return pages
 
 
 def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> VacuumResult:
@@ -71,13 +87,16 @@ def vacuum(conn: apsw.Connection, *, path: Path, checkpoint: bool = True) -> Vac
             # Writes waited for the VACUUM already; the WAL holds the whole file now.
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     else:
+        pages = STEP_PAGES
         while True:
             with atomic(conn):
+                began = time.monotonic()
                 free = _pragma(conn, "freelist_count")
                 if free:
-                    conn.execute(f"PRAGMA incremental_vacuum({min(free, STEP_PAGES):d})").fetchall()
-            if free <= STEP_PAGES:
+                    conn.execute(f"PRAGMA incremental_vacuum({min(free, pages):d})").fetchall()
+            if free <= pages:
                 break
+            pages = next_step(pages, time.monotonic() - began)
             if checkpoint:
                 # Moved pages go through the WAL: copy them back as we go, so it stays small.
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
