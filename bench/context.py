@@ -15,6 +15,7 @@ from bench.config import BenchConfig
 from bench.corpus import Corpus
 from bench.processes import MODEL_PATH
 from bench.stats import Row
+from services.embedder.config import EmbedderConfig
 from services.embedder.model import EmbeddingModel
 
 
@@ -29,6 +30,7 @@ class Context:
     # Cold starts and memory seen by any scenario, reported by the footprint scenario.
     cold_starts: list[dict[str, float]] = field(default_factory=list)
     _model: EmbeddingModel | None = None
+    _contexts: list[EmbeddingModel] = field(default_factory=list)
     _started: float = field(default_factory=time.monotonic)
 
     def log(self, message: str) -> None:
@@ -40,10 +42,22 @@ class Context:
             self._model = EmbeddingModel(MODEL_PATH, threads=self.config.threads)
         return self._model
 
+    def contexts(self) -> list[EmbeddingModel]:
+        """The embedder's own arrangement in this process: its default number of model
+        contexts (EmbedderConfig.contexts), sharing the same thread budget."""
+        if not self._contexts:
+            count = min(EmbedderConfig.contexts, self.config.threads)
+            threads = max(1, self.config.threads // count)
+            self._contexts = [EmbeddingModel(MODEL_PATH, threads=threads) for _ in range(count)]
+        return self._contexts
+
     def close(self) -> None:
         if self._model is not None:
             self._model.close()
             self._model = None
+        for model in self._contexts:
+            model.close()
+        self._contexts = []
 
     def add(self, row: Row) -> None:
         self.rows.append(row)

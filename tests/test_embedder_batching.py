@@ -114,6 +114,57 @@ def test_large_requests_are_split_within_limits_in_order(embedding_model: Embedd
     run(scenario)
 
 
+class Timed(Passes):
+    """Passes that record when each ran."""
+
+    def __init__(self, model: EmbeddingModel) -> None:
+        super().__init__(model)
+        self.spans: list[tuple[float, float]] = []
+
+    async def __call__(self, sequences: list[Sequence[int]]) -> FloatMatrix:
+        began = time.perf_counter()
+        try:
+            return await super().__call__(sequences)
+        finally:
+            self.spans.append((began, time.perf_counter()))
+
+
+def test_passes_run_side_by_side_on_several_contexts(embedding_model: EmbeddingModel) -> None:
+    """Two contexts of one thread each: a large request's passes run on both at once, and its
+    vectors are the one model's, in order."""
+    texts = texts_of_lengths([200, 180, 220, 150, 240, 90, 210, 160])
+    expected = embedding_model.embed(texts).vectors
+    inputs = embedding_model.prepare(texts).inputs
+    second = EmbeddingModel(MODEL_PATH, threads=1)
+    contexts = [Timed(embedding_model), Timed(second)]
+    info = embedding_model.info
+
+    async def scenario() -> None:
+        limits = BatchLimits(max_tokens=info.max_batch_tokens, max_inputs=info.max_batch_inputs)
+        batcher = Batcher(contexts, limits, info.dimensions)
+        batcher.start()
+        try:
+            assert_same_vectors(await batcher.embed(inputs), expected)
+            # Two small requests at once (two ingest workers' files): one pass on each
+            # context, not one pass with both while the other context idles.
+            before = [len(context.spans) for context in contexts]
+            await asyncio.gather(batcher.embed(inputs[:1]), batcher.embed(inputs[1:2]))
+            assert [len(c.spans) - n for c, n in zip(contexts, before, strict=True)] == [1, 1]
+        finally:
+            await batcher.close()
+        spans = [context.spans for context in contexts]
+        assert all(spans)
+        assert any(a < d and c < b for a, b in spans[0] for c, d in spans[1]), spans
+        assert batcher.stats.batches == sum(len(context.spans) for context in contexts)
+
+    try:
+        run(scenario)
+    finally:
+        for context in contexts:
+            context.close()
+        second.close()
+
+
 def test_full_queue_refuses_at_once_but_an_empty_one_takes_anything(
     embedding_model: EmbeddingModel,
 ) -> None:

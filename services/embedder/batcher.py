@@ -17,6 +17,9 @@ The queue is bounded in tokens (the work it represents): a request that would ta
 bound is refused at once with QueueFull, unless the queue is empty, so that a request of any
 size can make progress.
 
+With several forwards (model contexts of one thread each: server.py), passes run side by
+side, each on a free one; the worker fills the next pass while the others run.
+
 A `priority` request (a search's query) goes ahead of every other waiting request and starts
 the next pass without waiting for company. It still waits for a pass already running; the
 embedder's interactive lane (server.py) avoids even that by running such requests on a model
@@ -82,6 +85,7 @@ class BatcherStats:
     tokens: int = 0
     batches: int = 0
     rejected: int = 0
+    # Summed over the passes, which may run side by side.
     busy_seconds: float = 0.0
 
 
@@ -121,7 +125,11 @@ class Batcher:
     """Coalesces concurrent `embed` calls into passes of `forward`. Use from one event loop."""
 
     def __init__(
-        self, forward: Forward, limits: BatchLimits, dimensions: int, lane: str = "bulk"
+        self,
+        forward: Forward | Sequence[Forward],
+        limits: BatchLimits,
+        dimensions: int,
+        lane: str = "bulk",
     ) -> None:
         if limits.max_tokens < 1 or limits.max_inputs < 1:
             raise ValueError("a pass must hold at least one input of one token")
@@ -131,7 +139,10 @@ class Batcher:
         self._pass_inputs = metrics.BATCH_SIZE.labels(lane)
         self._pass_tokens = metrics.BATCH_TOKENS.labels(lane)
         self.stats = BatcherStats()
-        self._forward = forward
+        # The forwards no pass is running on.
+        self._free = [forward] if callable(forward) else list(forward)
+        if not self._free:
+            raise ValueError("a batcher needs at least one forward")
         self._dimensions = dimensions
         # Requests with inputs still waiting, oldest first.
         self._jobs: list[_Job] = []
@@ -140,7 +151,9 @@ class Batcher:
         # Requests in flight (queued or in the pass) when the last pass ended.
         self._expected_requests = 1
         self._free_since = 0.0
-        self._in_pass: list[tuple[_Job, int]] = []
+        # The passes running, with their inputs.
+        self._in_pass: dict[asyncio.Task[None], list[tuple[_Job, int]]] = {}
+        # Set by an arrival and by a pass's end: the worker's reasons to look again.
         self._arrival = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
 
@@ -157,13 +170,17 @@ class Batcher:
             self._worker = asyncio.create_task(self._run(), name="embedder-batcher")
 
     async def close(self) -> None:
-        """Stops the worker; requests still waiting fail."""
-        if self._worker is not None:
-            self._worker.cancel()
+        """Stops the worker and its passes; requests still waiting fail."""
+        in_pass = [job for batch in self._in_pass.values() for job, _ in batch]
+        tasks = [*self._in_pass, *([self._worker] if self._worker is not None else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-            self._worker = None
-        for job in [*self._jobs, *(job for job, _ in self._in_pass)]:
+                await task
+        self._worker = None
+        self._in_pass.clear()
+        for job in [*self._jobs, *in_pass]:
             self._fail(job, RuntimeError("the embedder is shutting down"))
 
     async def embed(self, inputs: Sequence[Sequence[int]], priority: bool = False) -> FloatMatrix:
@@ -200,7 +217,9 @@ class Batcher:
 
     def _full(self) -> bool:
         return (
-            self._queued_inputs >= self.limits.max_inputs
+            # Company would wait for nothing: another forward is free to take it.
+            len(self._free) > 1
+            or self._queued_inputs >= self.limits.max_inputs
             or self._queued_tokens * _ALONE_FRACTION >= self.limits.max_tokens
             or len(self._jobs) >= self._expected_requests
             or self._jobs[0].priority
@@ -209,7 +228,7 @@ class Batcher:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if not self._jobs:
+            if not self._jobs or not self._free:
                 self._arrival.clear()
                 await self._arrival.wait()
                 continue
@@ -226,17 +245,37 @@ class Batcher:
                     break
             batch = self._fill()
             if batch:
-                await self._run_pass(batch)
-                in_pass = {id(job) for job, _ in batch}
-                waiting = {id(job) for job in self._jobs}
-                self._expected_requests = len(in_pass | waiting) or 1
-                self._free_since = loop.time()
+                forward = self._free.pop()
+                task = asyncio.create_task(self._run_pass(batch, forward))
+                self._in_pass[task] = batch
+
+    def _passed(self, task: asyncio.Task[None], forward: Forward) -> None:
+        """A pass ended: its forward is free, and the next pass may wait for company."""
+        batch = self._in_pass.pop(task, [])
+        self._free.append(forward)
+        in_flight = {id(job) for job, _ in batch}
+        in_flight |= {id(job) for other in self._in_pass.values() for job, _ in other}
+        in_flight |= {id(job) for job in self._jobs}
+        self._expected_requests = len(in_flight) or 1
+        self._free_since = asyncio.get_running_loop().time()
+        self._arrival.set()
 
     def _fill(self) -> list[tuple[_Job, int]]:
         """Takes the next pass's inputs: one per waiting request in turn, while they fit.
 
         While priority requests wait, a pass holds only theirs: short, so they are answered
-        after one short pass rather than one filled with bulk inputs."""
+        after one short pass rather than one filled with bulk inputs. With several forwards
+        free, a pass takes its share of the waiting tokens and leaves the rest to the next,
+        which runs beside it."""
+        share = -(-self._queued_tokens // len(self._free))
+        batch = self._take(min(self.limits.max_tokens, share)) or self._take(self.limits.max_tokens)
+        tokens = sum(job.lengths[index] for job, index in batch)
+        self._jobs = [job for job in self._jobs if job.waiting]
+        self._queued_inputs -= len(batch)
+        self._queued_tokens -= tokens
+        return batch
+
+    def _take(self, budget: int) -> list[tuple[_Job, int]]:
         batch: list[tuple[_Job, int]] = []
         tokens = 0
         progressed = True
@@ -246,26 +285,23 @@ class Batcher:
             for job in candidates:
                 if len(batch) >= self.limits.max_inputs:
                     break
-                index = job.take(self.limits.max_tokens - tokens)
+                index = job.take(budget - tokens)
                 if index is not None:
                     batch.append((job, index))
                     tokens += job.lengths[index]
                     progressed = True
-        self._jobs = [job for job in self._jobs if job.waiting]
-        self._queued_inputs -= len(batch)
-        self._queued_tokens -= tokens
         return batch
 
-    async def _run_pass(self, batch: list[tuple[_Job, int]]) -> None:
-        # Kept if the worker is cancelled mid-pass, so that close() fails these requests too.
-        self._in_pass = batch
+    async def _run_pass(self, batch: list[tuple[_Job, int]], forward: Forward) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         started = time.perf_counter()
         try:
-            vectors = await self._forward([job.inputs[index] for job, index in batch])
+            vectors = await forward([job.inputs[index] for job, index in batch])
             if vectors.shape != (len(batch), self._dimensions):
                 raise RuntimeError(f"a pass returned vectors of shape {vectors.shape}")
         except Exception as error:
-            self._in_pass = []
+            self._passed(task, forward)
             log.exception("forward pass of %d inputs failed", len(batch))
             for job in {id(job): job for job, _ in batch}.values():
                 self._fail(job, error)
@@ -273,7 +309,7 @@ class Batcher:
         finally:
             elapsed = time.perf_counter() - started
             self.stats.busy_seconds += elapsed
-        self._in_pass = []
+        self._passed(task, forward)
         self.stats.batches += 1
         self._pass_seconds.observe(elapsed)
         self._pass_inputs.observe(len(batch))

@@ -11,6 +11,10 @@ RAGD_MODEL_POOLING          mean, cls or last: overrides the GGUF's pooling (a c
 RAGD_MODEL_MAX_TOKENS       caps the model's input limit in tokens (default: the GGUF's, which
                             for language models is far beyond RAGD_EMBEDDER_BATCH_TOKENS).
 RAGD_EMBEDDER_THREADS       llama.cpp threads (default: all CPUs).
+RAGD_EMBEDDER_CONTEXTS      model contexts that run (bulk) passes side by side, each with
+                            RAGD_EMBEDDER_THREADS / contexts threads (default 2, at most
+                            RAGD_EMBEDDER_THREADS): their threads never wait for each other
+                            at a pass's barriers.
 RAGD_EMBEDDER_TRUNCATE      what to do with inputs over the model's limit when the request does
                             not say: "reject" (default: like the OpenAI API, which answers 400)
                             or "truncate" (keep the first tokens, as sentence-transformers does).
@@ -74,6 +78,9 @@ class EmbedderConfig:
     model_pooling: str | None = None
     model_max_tokens: int | None = None
     threads: int = 2
+    # On 2 cores two contexts of one thread embedded 1.15x the tokens of one of two, 1.14-1.23x
+    # beside other busy processes (BENCHMARKS.md, issue 33).
+    contexts: int = 2
     # The policy for requests that leave it unspecified: True truncates, False rejects.
     truncate: bool = False
     batch_tokens: int = 512
@@ -118,6 +125,7 @@ class EmbedderConfig:
                 else None
             ),
             threads=threads,
+            contexts=min(env.int("EMBEDDER_CONTEXTS", cls.contexts, minimum=1), threads),
             truncate=policy == "truncate",
             batch_tokens=env.int("EMBEDDER_BATCH_TOKENS", cls.batch_tokens, minimum=1),
             batch_inputs=env.int("EMBEDDER_BATCH_INPUTS", cls.batch_inputs, minimum=1),

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ from services.common.ports_file import ports_file_from_env, write_ports
 from services.common.security import listen, service_auth
 from services.common.tracing import server_interceptors, setup_tracing
 from services.common.vectors import FloatMatrix
-from services.embedder.batcher import Batcher, BatchLimits
+from services.embedder.batcher import Batcher, BatchLimits, Forward
 from services.embedder.config import EmbedderConfig
 from services.embedder.errors import ModelLoadError
 from services.embedder.metrics import watch
@@ -113,17 +113,24 @@ async def create_server(
 
 @dataclass
 class Lane:
-    """A model context with its own thread and batcher."""
+    """Model contexts, each with its own thread, behind one batcher."""
 
+    # The first context: it tokenizes and describes the model too.
     model: EmbeddingModel | UpstreamModel
     executor: ThreadPoolExecutor
     batcher: Batcher
     # Closed on release: the server loaded it.
     owned: bool
+    # Further contexts of the same model (loaded by the server), whose passes run beside
+    # the first's.
+    others: list[tuple[EmbeddingModel, ThreadPoolExecutor]] = field(default_factory=list)
 
     async def close(self) -> None:
         await self.batcher.close()
         self.executor.shutdown(wait=True)
+        for model, executor in self.others:
+            executor.shutdown(wait=True)
+            model.close()
         if isinstance(self.model, UpstreamModel):
             await self.model.aclose()
         elif self.owned:
@@ -175,6 +182,29 @@ def _lower_priority(nice: int) -> None:
             log.warning("cannot lower the bulk lane's priority: %s", error)
 
 
+def _model_thread(name: str, nice: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(
+        max_workers=1,
+        thread_name_prefix=f"embedder-{name}",
+        initializer=_lower_priority,
+        initargs=(nice,),
+    )
+
+
+async def _open_context(
+    config: EmbedderConfig, name: str, threads: int, nice: int
+) -> tuple[EmbeddingModel, ThreadPoolExecutor]:
+    """A model context loaded on the one thread that will run it: llama.cpp contexts are not
+    thread-safe."""
+    executor = _model_thread(name, nice)
+    try:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, load_model, config, threads), executor
+    except BaseException:
+        executor.shutdown(wait=True)
+        raise
+
+
 async def _open_lane(
     config: EmbedderConfig,
     model: EmbeddingModel | None,
@@ -182,31 +212,34 @@ async def _open_lane(
     threads: int,
     queue_tokens: int,
     nice: int = 0,
+    contexts: int = 1,
 ) -> Lane:
+    """`contexts` contexts of threads // contexts threads each (one, of `model`, if given)."""
     loop = asyncio.get_running_loop()
-    # One model thread: llama.cpp contexts are not thread-safe, and a pass uses every core
-    # it is given anyway.
-    executor = ThreadPoolExecutor(
-        max_workers=1,
-        thread_name_prefix=f"embedder-{name}",
-        initializer=_lower_priority,
-        initargs=(nice,),
-    )
     owned = model is None
-    try:
-        if model is None:
-            # Loaded on the thread that will run it.
-            model = await loop.run_in_executor(executor, load_model, config, threads)
-    except BaseException:
-        executor.shutdown(wait=True)
-        raise
-    forward_model = model
+    others: list[tuple[EmbeddingModel, ThreadPoolExecutor]] = []
+    if model is None:
+        each = max(1, threads // contexts)
+        model, executor = await _open_context(config, name, each, nice)
+        try:
+            for _ in range(contexts - 1):
+                others.append(await _open_context(config, name, each, nice))
+        except BaseException:
+            for other, other_executor in [(model, executor), *others]:
+                other_executor.shutdown(wait=True)
+                other.close()
+            raise
+    else:
+        executor = _model_thread(name, nice)
 
-    async def forward(sequences: list[Sequence[int]]) -> FloatMatrix:
-        return await loop.run_in_executor(executor, forward_model.forward, sequences)
+    def forward_on(context: EmbeddingModel, thread: ThreadPoolExecutor) -> Forward:
+        async def forward(sequences: list[Sequence[int]]) -> FloatMatrix:
+            return await loop.run_in_executor(thread, context.forward, sequences)
+
+        return forward
 
     batcher = Batcher(
-        forward,
+        [forward_on(context, thread) for context, thread in [(model, executor), *others]],
         BatchLimits(
             max_tokens=model.info.max_batch_tokens,
             max_inputs=model.info.max_batch_inputs,
@@ -216,7 +249,7 @@ async def _open_lane(
         model.info.dimensions,
         lane="interactive" if name == "interactive" else "bulk",
     )
-    return Lane(model, executor, batcher, owned)
+    return Lane(model, executor, batcher, owned, others)
 
 
 async def _start(
@@ -239,6 +272,7 @@ async def _start(
                 config.threads,
                 config.queue_tokens,
                 nice=config.bulk_nice if laned else 0,
+                contexts=config.contexts,
             )
         lanes.append(bulk)
         fast: Lane | None = None
