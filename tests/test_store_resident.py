@@ -140,6 +140,11 @@ def test_a_watched_load_keeps_the_commits_its_snapshot_missed() -> None:
     assert loaded is not None and memory.get(3) is loaded
     assert loaded.rows()[0].tolist() == [2, 3, 4]
     assert loaded.live_rows == 3
+    # A writer that committed before the snapshot but reaches memory only now: its rows are
+    # there already, and are not added twice.
+    count = loaded.count
+    memory.apply([resident.Change(3, rows=[row(4)])])
+    assert (loaded.live_rows, loaded.count) == (3, count)
 
     # Dropped while it loaded: not kept.
     def read_dropped() -> list[tuple[int, bytes]]:

@@ -55,7 +55,11 @@ _COUNTERS = (
     ("ragd_embed_tokens", "tokens", "Tokens embedded (special tokens included)."),
     ("ragd_embed_passes", "batches", "Forward passes run."),
     ("ragd_embed_rejected", "rejected", "Embed calls refused: the queue was full."),
-    ("ragd_embed_busy_seconds", "busy_seconds", "Time spent in forward passes."),
+    (
+        "ragd_embed_busy_seconds",
+        "busy_seconds",
+        "Time spent in forward passes (summed over contexts running side by side).",
+    ),
 )
 
 

@@ -214,16 +214,17 @@ async def _open_lane(
     nice: int = 0,
     contexts: int = 1,
 ) -> Lane:
-    """`contexts` contexts of threads // contexts threads each (one, of `model`, if given)."""
+    """`contexts` contexts sharing `threads` (one, of `model`, if given)."""
     loop = asyncio.get_running_loop()
     owned = model is None
     others: list[tuple[EmbeddingModel, ThreadPoolExecutor]] = []
     if model is None:
-        each = max(1, threads // contexts)
-        model, executor = await _open_context(config, name, each, nice)
+        # The threads shared out, the first contexts taking one more of any remainder.
+        shares = [threads // contexts + (i < threads % contexts) for i in range(contexts)]
+        model, executor = await _open_context(config, name, max(1, shares[0]), nice)
         try:
-            for _ in range(contexts - 1):
-                others.append(await _open_context(config, name, each, nice))
+            for share in shares[1:]:
+                others.append(await _open_context(config, name, max(1, share), nice))
         except BaseException:
             for other, other_executor in [(model, executor), *others]:
                 other_executor.shutdown(wait=True)
@@ -272,7 +273,8 @@ async def _start(
                 config.threads,
                 config.queue_tokens,
                 nice=config.bulk_nice if laned else 0,
-                contexts=config.contexts,
+                # Without the interactive lane, queries run here: on every thread at once.
+                contexts=config.contexts if laned else 1,
             )
         lanes.append(bulk)
         fast: Lane | None = None

@@ -38,8 +38,8 @@ _LOAD_HEADROOM = 8
 
 @dataclass(frozen=True)
 class ResidentSettings:
-    # Bytes of vectors (floats and sign bits) kept in memory over all vector stores; 0: off,
-    # every search goes to SQLite (vector_index.py).
+    # Bytes of rows (row_bytes: floats, sign bits, rowid, live flag) kept in memory over all
+    # vector stores; 0: off, every search goes to SQLite (vector_index.py).
     budget_bytes: int = 2 << 30
     # From this many rows a search scans sign bits first and rescores candidates: a float scan
     # costs ~1.5 ms per 100k rows of memory traffic per 384 dims, the bit scan 1/32 of it.
@@ -384,6 +384,9 @@ class Resident:
                     [change for change in watch.changes if change.key == key]
                 ):
                     return loaded
+                # Rows written and deleted before the snapshot came back in order of commit:
+                # in rowid order, deletions and fresh-row checks bisect.
+                loaded.sort()
             elif self.version(key) != version or self._generation != generation:
                 return loaded  # a commit raced the load: good for this snapshot only
             self._vector_stores[key] = loaded
@@ -411,7 +414,9 @@ class Resident:
                 if change.dropped:
                     del self._vector_stores[change.key]
                     continue
-                found.change(change)
+                # Fresh rows only: a writer that committed before a load's snapshot may
+                # reach here after the load was kept, with rows the load read already.
+                found.change(change, fresh_only=True)
             self._evict(keep=-1)
 
     def loaded(self) -> dict[int, VectorStore]:

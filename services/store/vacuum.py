@@ -33,7 +33,7 @@ from services.store.db import BUSY_TIMEOUT_MS, atomic, vectors_available
 from services.store.maintenance import file_bytes
 from services.store.records import VacuumResult
 
-# Pages moved per transaction, at most (2 MiB of 4 KiB pages), and at least.
+# Pages moved per transaction, at most (2 MiB of 4 KiB pages), and the least a slice shrinks to.
 STEP_PAGES = 512
 MIN_STEP_PAGES = 16
 # A slice that took longer than this moves half the pages next time, one under a quarter of
