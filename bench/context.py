@@ -15,7 +15,7 @@ from bench.config import BenchConfig
 from bench.corpus import Corpus
 from bench.processes import MODEL_PATH
 from bench.stats import Row
-from services.embedder.config import EmbedderConfig
+from services.embedder.config import EmbedderConfig, thread_shares
 from services.embedder.model import EmbeddingModel
 
 
@@ -47,8 +47,10 @@ class Context:
         contexts (EmbedderConfig.contexts), sharing the same thread budget."""
         if not self._contexts:
             count = min(EmbedderConfig.contexts, self.config.threads)
-            threads = max(1, self.config.threads // count)
-            self._contexts = [EmbeddingModel(MODEL_PATH, threads=threads) for _ in range(count)]
+            self._contexts = [
+                EmbeddingModel(MODEL_PATH, threads=threads)
+                for threads in thread_shares(self.config.threads, count)
+            ]
         return self._contexts
 
     def close(self) -> None:

@@ -156,6 +156,12 @@ class EmbedderConfig:
         return config
 
 
+def thread_shares(threads: int, contexts: int) -> list[int]:
+    """The threads of each of `contexts` model contexts sharing `threads` (at least one
+    each; the first take one more of any remainder)."""
+    return [max(1, threads // contexts + (i < threads % contexts)) for i in range(contexts)]
+
+
 def _pooling(env: Env) -> str | None:
     pooling = env.optional("MODEL_POOLING")
     if pooling is None:

@@ -31,7 +31,7 @@ from services.common.security import listen, service_auth
 from services.common.tracing import server_interceptors, setup_tracing
 from services.common.vectors import FloatMatrix
 from services.embedder.batcher import Batcher, BatchLimits, Forward
-from services.embedder.config import EmbedderConfig
+from services.embedder.config import EmbedderConfig, thread_shares
 from services.embedder.errors import ModelLoadError
 from services.embedder.metrics import watch
 from services.embedder.remote import UpstreamModel, UpstreamSettings
@@ -219,12 +219,11 @@ async def _open_lane(
     owned = model is None
     others: list[tuple[EmbeddingModel, ThreadPoolExecutor]] = []
     if model is None:
-        # The threads shared out, the first contexts taking one more of any remainder.
-        shares = [threads // contexts + (i < threads % contexts) for i in range(contexts)]
-        model, executor = await _open_context(config, name, max(1, shares[0]), nice)
+        shares = thread_shares(threads, contexts)
+        model, executor = await _open_context(config, name, shares[0], nice)
         try:
             for share in shares[1:]:
-                others.append(await _open_context(config, name, max(1, share), nice))
+                others.append(await _open_context(config, name, share, nice))
         except BaseException:
             for other, other_executor in [(model, executor), *others]:
                 other_executor.shutdown(wait=True)

@@ -181,9 +181,9 @@ class VectorStore:
             positions = order[positions]
         return positions, ids[positions] == wanted
 
-    def change(self, change: Change, fresh_only: bool = False) -> None:
-        """Applies a committed change's deletions and rows (`fresh_only`: not the rows it
-        holds already)."""
+    def change(self, change: Change) -> None:
+        """Applies a committed change's deletions and its rows that it does not hold already
+        (a change may reach it twice: see Resident.apply and Watch)."""
         if change.deleted:
             self.delete(change.deleted)
         if not change.rows:
@@ -192,10 +192,8 @@ class VectorStore:
         matrix = np.frombuffer(b"".join(r[1] for r in change.rows), dtype="<f4").reshape(
             len(ids), self.dimensions
         )
-        if fresh_only:
-            fresh = ~self._find(ids)[1]
-            ids, matrix = ids[fresh], matrix[fresh]
-        self.append(ids, matrix)
+        fresh = ~self._find(ids)[1]
+        self.append(ids[fresh], matrix[fresh])
 
     def replay(self, changes: Sequence[Change]) -> bool:
         """Applies changes that may overlap what it was loaded with; False if one dropped
@@ -203,7 +201,7 @@ class VectorStore:
         for change in changes:
             if change.dropped:
                 return False
-            self.change(change, fresh_only=True)
+            self.change(change)
         return True
 
     def rows(self) -> tuple[Ids, npt.NDArray[np.float32]]:
@@ -416,7 +414,7 @@ class Resident:
                     continue
                 # Fresh rows only: a writer that committed before a load's snapshot may
                 # reach here after the load was kept, with rows the load read already.
-                found.change(change, fresh_only=True)
+                found.change(change)
             self._evict(keep=-1)
 
     def loaded(self) -> dict[int, VectorStore]:
