@@ -240,6 +240,31 @@ def test_limits_beyond_the_micro_batch_fail_requests_not_the_process(
     run(scenario)
 
 
+def test_a_pass_whose_vectors_cannot_be_delivered_fails_its_requests() -> None:
+    """An error after the forward pass (here: values that are not numbers) reaches the
+    requests of that pass, and the next pass runs."""
+    calls: list[int] = []
+
+    async def forward(sequences: list[Sequence[int]]) -> FloatMatrix:
+        calls.append(len(sequences))
+        if len(calls) == 1:
+            return np.full((len(sequences), 4), "not a number", dtype=object)  # type: ignore[return-value]
+        return np.ones((len(sequences), 4), dtype=np.float32)
+
+    async def scenario() -> None:
+        batcher = Batcher(forward, BatchLimits(max_tokens=64, max_inputs=8), 4)
+        batcher.start()
+        try:
+            with pytest.raises(ValueError):
+                await asyncio.wait_for(batcher.embed([[1, 2, 3]]), 10)
+            assert (await asyncio.wait_for(batcher.embed([[4, 5]]), 10)).shape == (1, 4)
+            assert batcher.stats.batches == 1
+        finally:
+            await batcher.close()
+
+    run(scenario)
+
+
 @asynccontextmanager
 async def serving(
     model: EmbeddingModel, config: EmbedderConfig = CONFIG

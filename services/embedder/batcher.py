@@ -300,8 +300,9 @@ class Batcher:
             vectors = await forward([job.inputs[index] for job, index in batch])
             if vectors.shape != (len(batch), self._dimensions):
                 raise RuntimeError(f"a pass returned vectors of shape {vectors.shape}")
+            self._deliver(batch, vectors)
         except Exception as error:
-            self._passed(task, forward)
+            # Whatever failed, the pass's requests get the error: none waits for ever.
             log.exception("forward pass of %d inputs failed", len(batch))
             for job in {id(job): job for job, _ in batch}.values():
                 self._fail(job, error)
@@ -309,11 +310,13 @@ class Batcher:
         finally:
             elapsed = time.perf_counter() - started
             self.stats.busy_seconds += elapsed
-        self._passed(task, forward)
+            self._passed(task, forward)
         self.stats.batches += 1
         self._pass_seconds.observe(elapsed)
         self._pass_inputs.observe(len(batch))
         self._pass_tokens.observe(sum(job.lengths[index] for job, index in batch))
+
+    def _deliver(self, batch: list[tuple[_Job, int]], vectors: FloatMatrix) -> None:
         for (job, index), vector in zip(batch, vectors, strict=True):
             self.stats.inputs += 1
             self.stats.tokens += job.lengths[index]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -126,15 +127,24 @@ class Lane:
     others: list[tuple[EmbeddingModel, ThreadPoolExecutor]] = field(default_factory=list)
 
     async def close(self) -> None:
-        await self.batcher.close()
-        self.executor.shutdown(wait=True)
-        for model, executor in self.others:
-            executor.shutdown(wait=True)
-            model.close()
-        if isinstance(self.model, UpstreamModel):
-            await self.model.aclose()
-        elif self.owned:
-            self.model.close()
+        # Last registered, first run: the batcher stops before the contexts close, and every
+        # context closes even if another fails to.
+        async with contextlib.AsyncExitStack() as stack:
+            if isinstance(self.model, UpstreamModel):
+                stack.push_async_callback(self.model.aclose)
+            elif self.owned:
+                stack.callback(self.model.close)
+            stack.callback(self.executor.shutdown, wait=True)
+            stack.callback(_close_contexts, self.others)
+            await self.batcher.close()
+
+
+def _close_contexts(contexts: Sequence[tuple[EmbeddingModel, ThreadPoolExecutor]]) -> None:
+    """Stops each context's thread, then frees the context: all of them, even if one fails."""
+    with contextlib.ExitStack() as stack:
+        for model, executor in contexts:
+            stack.callback(model.close)
+            stack.callback(executor.shutdown, wait=True)
 
 
 async def _upstream_lane(config: EmbedderConfig, settings: UpstreamSettings) -> Lane:
@@ -225,9 +235,7 @@ async def _open_lane(
             for share in shares[1:]:
                 others.append(await _open_context(config, name, share, nice))
         except BaseException:
-            for other, other_executor in [(model, executor), *others]:
-                other_executor.shutdown(wait=True)
-                other.close()
+            _close_contexts([(model, executor), *others])
             raise
     else:
         executor = _model_thread(name, nice)
@@ -238,17 +246,24 @@ async def _open_lane(
 
         return forward
 
-    batcher = Batcher(
-        [forward_on(context, thread) for context, thread in [(model, executor), *others]],
-        BatchLimits(
-            max_tokens=model.info.max_batch_tokens,
-            max_inputs=model.info.max_batch_inputs,
-            max_wait=config.max_wait_ms / 1000,
-            max_queued_tokens=queue_tokens,
-        ),
-        model.info.dimensions,
-        lane="interactive" if name == "interactive" else "bulk",
-    )
+    try:
+        batcher = Batcher(
+            [forward_on(context, thread) for context, thread in [(model, executor), *others]],
+            BatchLimits(
+                max_tokens=model.info.max_batch_tokens,
+                max_inputs=model.info.max_batch_inputs,
+                max_wait=config.max_wait_ms / 1000,
+                max_queued_tokens=queue_tokens,
+            ),
+            model.info.dimensions,
+            lane="interactive" if name == "interactive" else "bulk",
+        )
+    except BaseException:
+        if owned:
+            _close_contexts([(model, executor), *others])
+        else:  # A given model stays its owner's to close.
+            executor.shutdown(wait=True)
+        raise
     return Lane(model, executor, batcher, owned, others)
 
 
