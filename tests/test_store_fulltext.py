@@ -207,6 +207,36 @@ def test_a_filter_limits_the_lexical_candidates(repo: Repository, vs_id: str) ->
     assert hits == []
 
 
+def test_words_most_chunks_hold_are_left_out_unless_nothing_else_is_asked(
+    repo: Repository, vs_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As in a vector store of millions of chunks, where such words are left out.
+    monkeypatch.setattr(fulltext, "COMMON_MIN_CHUNKS", 0)
+    texts = ["station alpha", "station beta", "station gamma", "station delta", "harbour lights"]
+    repo.add_chunks(
+        vs_id,
+        "file-s",
+        "s.txt",
+        {},
+        [ChunkInput(text, 2) for text in texts],
+        unit_vectors(np.random.default_rng(3), len(texts), DIMS),
+        MODEL,
+    )
+
+    def asked(text: str) -> list[str]:
+        hits = repo.search(vs_id, None, k=10, mode="lexical", query_text=text)
+        return [hit.text for hit in hits]
+
+    # "station" is in 4 of 5 chunks: searched only when it is all the query asks.
+    assert asked("harbour station") == ["harbour lights"]
+    assert sorted(asked("station")) == sorted(texts[:4])
+    # A phrase counts by its rarest term: "harbour" is rare, so the phrase is searched.
+    assert asked("harbour-lights station") == ["harbour lights"]
+    monkeypatch.setattr(fulltext, "COMMON_MIN_CHUNKS", 50_000)
+    assert asked("harbour station")[0] == "harbour lights"
+    assert len(asked("harbour station")) == 5
+
+
 def free_pages(path: Path) -> tuple[int, int]:
     conn = open_database(path)
     try:

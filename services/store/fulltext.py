@@ -4,8 +4,10 @@ database (`<database>-fulltext/<key>`), derived from the chunks and rebuilt from
 Why Tantivy, not FTS5 (one contentless table per vector store until migration 14): FTS5 ranks
 every chunk that holds any query word before it keeps the best k, so a search costs what the
 whole posting lists cost. On 100k chunks of ~180 words (man pages) its bm25 top 50 took
-361 ms at p50, where Tantivy's block-max WAND, which skips blocks of postings that cannot
-reach the top k, took 6.6 ms for the same bm25 ranking (`bench/limits.py`, BENCHMARKS.md).
+361 ms at p50, where Tantivy took 6.6 ms for the same bm25 ranking (`bench/limits.py`,
+BENCHMARKS.md). Tantivy scores every chunk that holds a query word too (tantivy-py collects
+with a MultiCollector, which never prunes: no block-max WAND), but from compressed blocks of
+postings in native code. What bounds its cost is the query: see COMMON_SHARE.
 
 The database stays the only source of truth. Every write of chunk rows records the chunks it
 touched in `fulltext_queue`, in its own transaction (`add`, `remove`, `drop`); `FullText`
@@ -176,32 +178,38 @@ class FullText:
         files: Sequence[str] | None = None,
     ) -> tuple[list[tuple[int, float]], float]:
         """The k best (chunk key, bm25 score) for any of `words` (each a phrase of its
-        terms), best first, with the highest bm25 score a chunk could reach for these words
-        (every term's IDF times k1 + 1). Only chunks of `files` compete when given. Call
-        catch_up first, outside a transaction. Raises Unavailable while it is rebuilt."""
+        terms), best first, with the highest bm25 score a chunk could reach for the words
+        searched (every term's IDF times k1 + 1). In a large index, words that most chunks
+        hold are left out unless all are (COMMON_SHARE). Only chunks of `files` compete when
+        given. Call catch_up first, outside a transaction. Raises Unavailable while it is
+        rebuilt."""
         found = self._open.get(key)
         if found is None:
             raise Unavailable(f"the full-text index of vector_store {key} is being built")
         searcher = found.searcher
-        clauses = []
-        ceiling = 0.0
         total = max(1, searcher.num_docs)
-        seen: set[tuple[str, ...]] = set()
+        phrases: dict[tuple[str, ...], list[int]] = {}
         for word in words:
             terms = tuple(tokens(word))
-            if not terms or terms in seen:
-                continue
-            seen.add(terms)
+            if terms and terms not in phrases:
+                phrases[terms] = [searcher.doc_freq("text", term) for term in terms]
+        # Each phrase's chunks are at most its rarest term's.
+        searched = [
+            terms
+            for terms, frequencies in phrases.items()
+            if min(frequencies) <= max(COMMON_SHARE * total, COMMON_MIN_CHUNKS)
+        ] or list(phrases)
+        if not searched:
+            return [], 0.0
+        clauses = []
+        ceiling = 0.0
+        for terms in searched:
             if len(terms) == 1:
                 query = tantivy.Query.term_query(SCHEMA, "text", terms[0])
             else:
                 query = tantivy.Query.phrase_query(SCHEMA, "text", list(terms))
             clauses.append((tantivy.Occur.Should, query))
-            for term in terms:
-                frequency = searcher.doc_freq("text", term)
-                ceiling += _idf(frequency, total) * (K1 + 1.0)
-        if not clauses:
-            return [], 0.0
+            ceiling += sum(_idf(frequency, total) for frequency in phrases[terms]) * (K1 + 1.0)
         query = tantivy.Query.boolean_query(clauses)
         if files is not None:
             if not files:
@@ -485,6 +493,18 @@ class FullText:
 
 
 K1 = 1.2
+
+# A query word whose rarest term more than this share of the vector store's chunks hold, and
+# more than COMMON_MIN_CHUNKS of them, is left out of its search, unless every word is: a
+# stopword of this corpus ("gcloud" in gcloud's docs). Its bm25 weight is below ln 2 a term,
+# a point or so of a score that the query's other words make, while its postings are most of
+# the index, and every chunk in them is scored: on 1.33M chunks of the bench's man-page texts,
+# 100 queries took 17.3 ms at p50 and 196 ms at p95 with these words, 6.3 and 51 ms without (a
+# phrase such as "gcloud-wide-flags" of three such terms cost 127 ms alone, reading
+# positions). Below COMMON_MIN_CHUNKS postings (~0.5 ms of scoring) every word is searched:
+# in a small vector store a query finds every chunk that holds any of its words.
+COMMON_SHARE = 0.5
+COMMON_MIN_CHUNKS = 50_000
 
 
 def _idf(frequency: int, total: int) -> float:

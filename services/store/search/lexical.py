@@ -1,9 +1,9 @@
 """Lexical search: bm25 over chunk text (fulltext.py's index), with scores in [0, 1].
 
 Each vector store has its own full-text index holding exactly its chunks, so bm25's statistics
-(document frequencies, average length) are the vector_store's own. The index ranks with
-block-max WAND: it reads the blocks of postings that can still reach the top k, not every
-chunk that holds a query word. Only the chunks finally returned are then looked up (hits.py).
+(document frequencies, average length) are the vector_store's own. The index scores every
+chunk that holds a searched word (fulltext.py leaves out the words most chunks hold); only
+the chunks finally returned are then looked up (hits.py).
 
 Conversation history (items.py) still ranks with FTS5 (`fts_query`): a history is small.
 """
