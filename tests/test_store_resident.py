@@ -249,6 +249,53 @@ def test_searches_read_memory_that_follows_every_write(repo: Repository) -> None
             assert [hit.score for hit in hits] == pytest.approx([h.score for h in scanned])
 
 
+def test_a_candidates_distance_comes_from_memory_and_agrees_with_sqlite(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hybrid search scores the lexical list's candidates with vector_index.distances: from
+    the resident copy, and from SQLite only for rows it lacks."""
+    rng = np.random.default_rng(6)
+    vector_store = repo.create_vector_store("c", MODEL, DIMS)
+    add_file(repo, vector_store.id, unit_vectors(rng, 30, DIMS))
+    query = unit_vectors(rng, 1, DIMS)[0]
+    repo.search(vector_store.id, query, k=1)
+    key, vectors = next(iter(in_memory(repo).loaded().items()))
+    ids = vectors.rows()[0].tolist()
+    # The hybrid search ranks as it does with memory off.
+    off = IndexSettings(resident=ResidentSettings(budget_bytes=0))
+    with open_repository(repo.path, index=off) as sqlite_only:
+        kept = repo.search(vector_store.id, query, k=8, mode="hybrid", query_text="chunk 7")
+        scanned = sqlite_only.search(
+            vector_store.id, query, k=8, mode="hybrid", query_text="chunk 7"
+        )
+    assert [hit.chunk_id for hit in kept] == [hit.chunk_id for hit in scanned]
+    assert [hit.score for hit in kept] == pytest.approx([hit.score for hit in scanned])
+    blob = query.astype("<f4").tobytes()
+    conn = repo._sqlite("resident vectors")
+    with atomic(conn, write=False):
+        stored = dict(vector_index._stored_distances(conn, key, blob, ids[:10]))
+    asked: list[list[int]] = []
+    read = vector_index._stored_distances
+
+    def recorded(conn: object, key: int, query: bytes, wanted: list[int]) -> object:
+        asked.append(list(wanted))
+        return read(conn, key, query, wanted)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(vector_index, "_stored_distances", recorded)
+    with atomic(conn, write=False):
+        # 10**9 is no chunk: neither memory nor SQLite has it.
+        assert dict(vector_index.distances(conn, key, blob, [*ids[:10], 10**9])) == (
+            pytest.approx(stored)
+        )
+        assert asked == [[10**9]]
+        vectors.delete([ids[0]])
+        assert dict(vector_index.distances(conn, key, blob, ids[:3])) == pytest.approx(
+            {chunk: stored[chunk] for chunk in ids[:3]}
+        )
+        assert asked[-1] == [ids[0]]
+    in_memory(repo).forget()
+
+
 def test_a_rolled_back_write_never_reaches_memory(repo: Repository) -> None:
     rng = np.random.default_rng(4)
     vector_store = repo.create_vector_store("c", MODEL, DIMS)

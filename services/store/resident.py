@@ -169,17 +169,8 @@ class VectorStore:
             self.dead += len(alive)
 
     def _find(self, wanted: Ids) -> tuple[Ids, npt.NDArray[np.bool_]]:
-        """The row position of each wanted rowid, and whether it is there at all (where it
-        is not, the position is any)."""
         n = self.count
-        if n == 0:
-            return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
-        ids = self._ids[:n]
-        order = None if self._sorted else np.argsort(ids, kind="stable")
-        positions = np.minimum(np.searchsorted(ids, wanted, sorter=order), n - 1)
-        if order is not None:
-            positions = order[positions]
-        return positions, ids[positions] == wanted
+        return _positions(self._ids[:n], self._sorted, wanted)
 
     def change(self, change: Change) -> None:
         """Applies a committed change's deletions and its rows that it does not hold already
@@ -212,6 +203,21 @@ class VectorStore:
         order = np.argsort(ids, kind="stable")
         return ids[order], matrix[order]
 
+    def distances(self, query: npt.NDArray[np.float32], wanted: Sequence[int]) -> tuple[Hits, Ids]:
+        """The cosine distance of `query` to each wanted row it holds live, and the rowids it
+        does not (the caller looks them up in the database)."""
+        # The count first: a row it covers is in the buffers read after it (see append).
+        n = self.count
+        in_order, ids, matrix, live = self._sorted, self._ids, self._matrix, self._live
+        asked = np.asarray(wanted, dtype=np.int64)
+        positions, held = _positions(ids[:n], in_order, asked)
+        held &= live[positions]
+        rows = positions[held]
+        query = query / max(float(np.linalg.norm(query)), 1e-12)
+        scores = matrix[rows] @ query
+        hits = [(int(i), 1.0 - float(s)) for i, s in zip(ids[rows], scores, strict=True)]
+        return hits, asked[~held]
+
     def search(self, query: npt.NDArray[np.float32], k: int, exact: bool = False) -> Hits:
         """The k nearest live rows by cosine distance, best first (ties by rowid)."""
         n = self.count
@@ -233,6 +239,19 @@ class VectorStore:
         top = np.argpartition(-scores, take - 1)[:take] if take < len(rows) else np.arange(take)
         found = [(int(ids[rows[i]]), 1.0 - float(scores[i])) for i in top if scores[i] > -np.inf]
         return sorted(found, key=lambda hit: (hit[1], hit[0]))
+
+
+def _positions(ids: Ids, in_order: bool, wanted: Ids) -> tuple[Ids, npt.NDArray[np.bool_]]:
+    """The position in `ids` of each wanted rowid, and whether it is there at all (where it
+    is not, the position is any)."""
+    n = len(ids)
+    if n == 0:
+        return np.zeros(len(wanted), dtype=np.int64), np.zeros(len(wanted), dtype=bool)
+    order = None if in_order else np.argsort(ids, kind="stable")
+    positions = np.minimum(np.searchsorted(ids, wanted, sorter=order), n - 1)
+    if order is not None:
+        positions = order[positions]
+    return positions, ids[positions] == wanted
 
 
 # Rows read per slice while loading a vector store.

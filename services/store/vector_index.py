@@ -536,7 +536,25 @@ def _all_vectors(conn: apsw.Connection, key: int) -> Iterator[tuple[int, bytes]]
 
 def distances(conn: apsw.Connection, key: int, query: bytes, ids: Sequence[int]) -> Hits:
     """The cosine distance of `query` to each of these chunks' vectors (those that have one):
-    the exact score of a candidate another ranking found."""
+    the exact score of a candidate another ranking found. From the resident copy where it
+    holds them: read from SQLite, a hybrid search's ~50 lexical candidates were a quarter of
+    its time at 100k chunks (point lookups into vec0)."""
+    if not ids:
+        return []
+    found = resident.existing(database_key(conn))
+    vectors = found.get(key) if found is not None else None
+    if vectors is not None and vectors.owner == _owner(conn, key):
+        hits, missing = vectors.distances(np.frombuffer(query, dtype="<f4"), ids)
+        return hits + _stored_distances(conn, key, query, missing.tolist())
+    return _stored_distances(conn, key, query, ids)
+
+
+def _owner(conn: apsw.Connection, key: int) -> str | None:
+    row = conn.execute("SELECT public_id FROM vector_stores WHERE id = ?", (key,)).fetchone()
+    return None if row is None else cast(str, row[0])
+
+
+def _stored_distances(conn: apsw.Connection, key: int, query: bytes, ids: Sequence[int]) -> Hits:
     if not ids:
         return []
     table = float_table(key) if _stored_kind(conn, key) == COARSE else vec_table(key)
