@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from services.store import migrations
-from services.store.db import open_database
+from services.store import migrations, vector_stores
+from services.store.db import atomic, open_database
 from services.store.errors import (
     BatchNotFound,
     FileNotFound,
@@ -570,3 +570,20 @@ def test_add_chunks_over_an_attached_file_completes_it_and_drops_its_job(
     assert statuses(repo, vs_id) == {file.id: "completed"}
     assert repo.claim_jobs("w1", 10, 60) == []
     assert repo.get_vector_store(vs_id).file_count == 1
+
+
+@pytest.mark.engines("sqlite")
+def test_a_lookup_without_file_counts_is_the_record_less_its_counts(
+    repo: Repository, vs_id: str
+) -> None:
+    """Searches and writes look a vector store up without counting its files (every file's
+    row of the vector store): the rest of the record is the same."""
+    file = upload(repo)
+    repo.attach_file(vs_id, file.id)
+    finish(repo, claim_one(repo))
+    conn = repo._sqlite("lookup")
+    with atomic(conn, write=False):
+        key, counted = vector_stores.lookup(conn, vs_id)
+        same, uncounted = vector_stores.lookup(conn, vs_id, counted=False)
+    assert counted.file_counts == FileCounts(completed=1)
+    assert (same, uncounted) == (key, replace(counted, file_counts=FileCounts()))

@@ -102,7 +102,7 @@ def _by_content(conn: Connection, key: int, sha256: str) -> tuple[str, str] | No
 
 def get(conn: Connection, vector_store_id: str, file_id: str) -> VectorStoreFile:
     with atomic(conn, write=False):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
         return fetch(conn, key, vector_store_id, file_id)
 
 
@@ -120,7 +120,7 @@ def list_page(
     if status and status not in FILE_STATUSES:
         raise InvalidArgument(f"status must be one of {', '.join(FILE_STATUSES)}, got {status!r}")
     with atomic(conn, write=False):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
         conditions = ["cf.vector_store_id = ?"]
         params: list[Any] = [key]
         if status:
@@ -172,7 +172,7 @@ def update_attributes(
     """Replaces the attributes; the chunks stay, since filters read attributes at search time."""
     attributes_json = ingest.attributes_json(attributes)
     with atomic(conn):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
         fetch(conn, key, vector_store_id, file_id)
         vector_store_files.set_attributes(conn, key, file_id, attributes_json)
         return fetch(conn, key, vector_store_id, file_id)
@@ -180,7 +180,7 @@ def update_attributes(
 
 def detach(conn: Connection, *, vector_store_id: str, file_id: str, now: int) -> None:
     with atomic(conn):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
         fetch(conn, key, vector_store_id, file_id)
         vector_store_files.remove(conn, key, file_id, now)
 
@@ -190,7 +190,7 @@ def chunks(
 ) -> tuple[VectorStoreFile, list[StoredChunk]]:
     """The file's row and its stored chunks in order (none until it is completed)."""
     with atomic(conn, write=False):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
         record = fetch(conn, key, vector_store_id, file_id)
         rows = cast(
             list[tuple[int, int, str, int]],

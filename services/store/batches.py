@@ -106,7 +106,7 @@ def create(
 
 def get(conn: Connection, *, vector_store_id: str, batch_id: str) -> FileBatch:
     with atomic(conn, write=False):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
         return _load(conn, key, vector_store_id, batch_id)
 
 
@@ -118,7 +118,7 @@ def cancel(conn: Connection, *, vector_store_id: str, batch_id: str, now: int) -
     returned unchanged: there is nothing to cancel.
     """
     with atomic(conn):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
         batch = _load(conn, key, vector_store_id, batch_id)
         if batch.status != "in_progress":
             return batch

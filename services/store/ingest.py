@@ -143,7 +143,7 @@ def add_chunks(
     usage = usage_bytes(texts, dimensions)
 
     with atomic(conn):
-        key, vector_store = lookup(conn, vector_store_id)
+        key, vector_store = lookup(conn, vector_store_id, counted=False)
         check_indexing(vector_store, model, dimensions)
         previous = conn.execute(
             "SELECT chunk_count, usage_bytes FROM vector_store_files"

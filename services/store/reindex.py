@@ -103,7 +103,7 @@ def start(
 def cancel(conn: Connection, *, vector_store_id: str, now: int) -> VectorStore:
     """Stops the re-index in progress: its shadow is dropped, the vector store is unchanged."""
     with atomic(conn):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
         active = shadow.active(conn, key)
         if active is None:
             raise NoReindex(f"vector store {vector_store_id!r} has no re-index in progress")

@@ -113,7 +113,7 @@ def run(
     lexical_ready = mode == VECTOR or _catch_up(conn, vector_store_id, mode)
     # One snapshot: a hybrid search's two rankings see the same chunks.
     with atomic(conn, write=False):
-        key, vector_store = vector_stores.lookup(conn, vector_store_id)
+        key, vector_store = vector_stores.lookup(conn, vector_store_id, counted=False)
         if mode == VECTOR:
             ranked = nearest(k)
         elif mode == LEXICAL:
@@ -153,7 +153,7 @@ def _catch_up(conn: Connection, vector_store_id: str, mode: str) -> bool:
     any transaction: it writes). False while the index is rebuilt: a hybrid search goes on by
     vector alone, a lexical one is refused."""
     with atomic(conn, write=False):
-        key, _ = vector_stores.lookup(conn, vector_store_id)
+        key, _ = vector_stores.lookup(conn, vector_store_id, counted=False)
     try:
         engine.of(conn).fulltext.for_database(conn).catch_up(conn, key)
     except fulltext.Unavailable as error:
