@@ -157,6 +157,20 @@ def test_a_watched_load_keeps_the_commits_its_snapshot_missed() -> None:
     assert dropped is not None and memory.get(6) is None
 
 
+def test_distances_name_the_rows_memory_lacks_even_when_it_holds_none() -> None:
+    # Loaded while the vector store was empty: no rows and no room (a hybrid search's words
+    # can still find chunks whose vectors are pending).
+    empty = VectorStore(4, ResidentSettings())
+    hits, missing = empty.distances(np.ones(4, dtype=np.float32), [3, 5])
+    assert (hits, missing.tolist()) == ([], [3, 5])
+    vectors = VectorStore(4, ResidentSettings())
+    vectors.append(np.asarray([3, 4]), np.eye(4, dtype=np.float32)[:2])
+    vectors.delete([3])
+    hits, missing = vectors.distances(np.asarray([0, 1, 0, 0], dtype=np.float32), [3, 4, 9])
+    assert [rowid for rowid, _ in hits] == [4] and hits[0][1] == pytest.approx(0.0, abs=1e-6)
+    assert missing.tolist() == [3, 9]
+
+
 def test_the_budget_keeps_the_most_recently_searched_vector_stores() -> None:
     row = np.ones(256, dtype="<f4").tobytes()
     one = VectorStore(256, ResidentSettings())

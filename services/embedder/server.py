@@ -168,16 +168,21 @@ async def _upstream_lane(config: EmbedderConfig, settings: UpstreamSettings) -> 
         info.tokenizer,
         info.max_batch_inputs,
     )
-    batcher = Batcher(
-        model.embed_async,
-        BatchLimits(
-            max_tokens=info.max_batch_tokens,
-            max_inputs=info.max_batch_inputs,
-            max_wait=config.max_wait_ms / 1000,
-            max_queued_tokens=config.queue_tokens,
-        ),
-        info.dimensions,
-    )
+    try:
+        batcher = Batcher(
+            model.embed_async,
+            BatchLimits(
+                max_tokens=info.max_batch_tokens,
+                max_inputs=info.max_batch_inputs,
+                max_wait=config.max_wait_ms / 1000,
+                max_queued_tokens=config.queue_tokens,
+            ),
+            info.dimensions,
+        )
+    except BaseException:
+        executor.shutdown(wait=True)
+        await model.aclose()
+        raise
     return Lane(model, executor, batcher, owned=True)
 
 

@@ -210,6 +210,8 @@ class VectorStore:
         n = self.count
         in_order, ids, matrix, live = self._sorted, self._ids, self._matrix, self._live
         asked = np.asarray(wanted, dtype=np.int64)
+        if n == 0:
+            return [], asked
         positions, held = _positions(ids[:n], in_order, asked)
         held &= live[positions]
         rows = positions[held]

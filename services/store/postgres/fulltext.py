@@ -1,8 +1,9 @@
 """A vector store's full text on PostgreSQL: a tsvector column of `chunks`, one GIN index, and
 bm25 computed in SQL over a bounded set of candidates.
 
-The SQLite engine keeps a Tantivy index per vector store beside the database (fulltext.py) and
-ranks with block-max WAND. Here the words are a generated column of the chunk's own row
+The SQLite engine keeps a Tantivy index per vector store beside the database (fulltext.py),
+which scores every chunk holding a searched word from compressed postings. Here the words
+are a generated column of the chunk's own row
 (`to_tsvector('ragd_english', text)`: the same Snowball English stemmer as Tantivy's,
 lowercased, no stop words; unlike Tantivy it keeps accents), so there is no queue, no
 rebuild and nothing to catch up: a chunk is searchable when its transaction commits, and
