@@ -248,7 +248,7 @@ def test_a_pass_whose_vectors_cannot_be_delivered_fails_its_requests() -> None:
     async def forward(sequences: list[Sequence[int]]) -> FloatMatrix:
         calls.append(len(sequences))
         if len(calls) == 1:
-            return np.full((len(sequences), 4), "not a number", dtype=object)  # type: ignore[return-value]
+            return np.full((len(sequences), 4), "not a number", dtype=object)
         return np.ones((len(sequences), 4), dtype=np.float32)
 
     async def scenario() -> None:
